@@ -1,0 +1,1 @@
+"""Serving under one vLLM profile, tasks, scoring, paired statistics and the leaderboard."""

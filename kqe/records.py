@@ -1,0 +1,338 @@
+"""The whole data model: every record that crosses a stage or touches disk.
+
+Records are frozen pydantic models that reject unknown keys, carry a format `version`, and document
+each field. A stage's output is keyed by `content_hash` of the records that went into it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+
+class Record(BaseModel):
+    """Base of every on-disk record: frozen, strict about keys, field docstrings as descriptions."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2)
+
+
+def content_hash(*parts: BaseModel | str | dict | list, length: int = 12) -> str:
+    """Stable short sha256 of records and plain JSON values, used to key stage outputs."""
+    digest = hashlib.sha256()
+    for part in parts:
+        value = part.model_dump(mode="json") if isinstance(part, BaseModel) else part
+        digest.update(json.dumps(value, sort_keys=True, ensure_ascii=False).encode())
+    return digest.hexdigest()[:length]
+
+
+class ModelSpec(Record):
+    """One entry of the model registry: where a model comes from and the facts to plan its memory."""
+
+    name: str
+    """Short name used on the command line, e.g. `qwen2.5-14b`."""
+    hub_id: str
+    """Hugging Face hub id of the unquantized model."""
+    revision: str
+    """Pinned hub revision (commit sha or tag) so runs are reproducible."""
+    params_b: float
+    """Total parameters in billions, embeddings included."""
+    layers: int
+    """Number of transformer blocks."""
+    hidden: int
+    """Hidden size (width of the residual stream)."""
+    intermediate: int
+    """MLP intermediate size."""
+    heads: int
+    """Attention (query) heads."""
+    kv_heads: int
+    """Key/value heads (grouped-query attention)."""
+    head_dim: int
+    """Dimension of one attention head."""
+    vocab: int
+    """Vocabulary size (rows of the embedding matrix)."""
+    tied_embeddings: bool
+    """Whether the LM head shares the embedding matrix."""
+    max_context: int
+    """Longest context the model supports, in tokens."""
+    offline: str | None = None
+    """Name of the offline installer for this model (`gemma3-gguf`), or None when it needs the hub."""
+    local_path: str | None = None
+    """Directory of an already-downloaded model; set for `MODEL=/path` and for installed offline models."""
+
+
+class SourceFile(Record):
+    """One text source that fed a calibration set."""
+
+    name: str
+    """Source name from `calibration_data/sources.toml`."""
+    lang: Literal["ko", "en"]
+    """Language the source is counted as."""
+    origin: str
+    """Where the text came from (package and path inside it)."""
+    sha256: str
+    """sha256 of the raw source text."""
+
+
+class CalibrationSet(Record):
+    """A built calibration mix: `samples` token windows of `seq_len`, language shares measured."""
+
+    version: int = SCHEMA_VERSION
+    """Format version of this record."""
+    name: str
+    """Mix name, e.g. `ko70`."""
+    mix: dict[str, float]
+    """Asked share of tokens per language, e.g. {"ko": 0.7, "en": 0.3}."""
+    tokenizer: str
+    """Tokenizer (model directory or hub id) the windows were cut with."""
+    samples: int
+    """Number of samples (token windows)."""
+    seq_len: int
+    """Tokens per sample."""
+    seed: int
+    """Seed of the shuffle that chose the windows."""
+    sources: list[SourceFile]
+    """Every source text used, with its hash."""
+    tokens_by_lang: dict[str, int]
+    """Measured tokens per language in the set."""
+    hangul_fraction: float
+    """Measured share of Hangul among letters over all samples."""
+    path: str
+    """JSON Lines file of the samples (`{"text": ..., "lang": ...}` per line)."""
+    sha256: str
+    """sha256 of that file."""
+
+
+class Checkpoint(Record):
+    """A model checkpoint the suite built (or was given) and can serve."""
+
+    version: int = SCHEMA_VERSION
+    """Format version of this record."""
+    name: str
+    """Name in the matrix, e.g. `awq-w4a16`; `bf16` is the base."""
+    scheme: str
+    """Quantization scheme from the scheme registry."""
+    model: str
+    """Registry name of the model it was built from."""
+    path: str
+    """Directory holding config.json, tokenizer and safetensors weights."""
+    recipe: dict
+    """The recipe that built it (typed config dumped to JSON)."""
+    calibration_hash: str | None
+    """Hash of the calibration set used, None for schemes without calibration."""
+    package_versions: dict[str, str]
+    """Versions of the packages that built it."""
+    wall_s: float
+    """Wall time of the build in seconds."""
+    peak_rss_bytes: int
+    """Peak resident memory of the building process."""
+    disk_bytes: int
+    """Bytes of the checkpoint directory on disk."""
+    key: str
+    """Hash of the inputs (model, scheme, recipe, calibration) that names this build."""
+
+
+class ServeProfile(Record):
+    """vLLM serving settings applied identically to every checkpoint of a run."""
+
+    version: int = SCHEMA_VERSION
+    """Format version of this record."""
+    name: str
+    """Profile name, e.g. `cpu-small`."""
+    max_model_len: int
+    """`--max-model-len`: longest sequence (prompt + output) a request may have."""
+    max_num_seqs: int
+    """`--max-num-seqs`: requests scheduled at once."""
+    dtype: str = "bfloat16"
+    """`--dtype` of activations and unquantized weights."""
+    enable_prefix_caching: bool = True
+    """`--enable-prefix-caching`: reuse KV blocks of shared prompt prefixes."""
+    enable_chunked_prefill: bool = True
+    """`--enable-chunked-prefill`: split long prefills across steps."""
+    enforce_eager: bool = False
+    """`--enforce-eager`: no CUDA graphs (GPU only: frees 0.5–1 GB, costs 5–10% throughput)."""
+    gpu_memory_utilization: float = 0.9
+    """`--gpu-memory-utilization` on GPU builds."""
+    cpu_kv_cache_gib: float = 1.0
+    """KV cache size on CPU builds (`VLLM_CPU_KVCACHE_SPACE`, GiB)."""
+    max_logprobs: int = 20
+    """`--max-logprobs`: most log-probs a request may ask for."""
+
+    @property
+    def key(self) -> str:
+        return content_hash(self)
+
+
+class MemoryReport(Record):
+    """What vLLM reserved for one checkpoint, read from its startup log (or planned)."""
+
+    version: int = SCHEMA_VERSION
+    """Format version of this record."""
+    source: Literal["vllm-log", "planner"]
+    """Where the numbers come from."""
+    device: Literal["cpu", "gpu"]
+    """Engine build that logged them."""
+    weights_gib: float | None
+    """Memory taken by the weights (GPU: `Model loading took`; CPU: `Checkpoint size`)."""
+    kv_cache_gib: float | None
+    """Memory reserved for the KV cache."""
+    kv_cache_tokens: int | None
+    """Tokens the KV cache holds."""
+    max_concurrency: float | None
+    """Requests of `max_model_len` tokens the KV cache holds at once."""
+    max_model_len: int | None
+    """The max-model-len the concurrency refers to."""
+    log_lines: list[str] = Field(default_factory=list)
+    """The log lines the numbers were parsed from (evidence)."""
+
+
+class ItemResult(Record):
+    """One scored item of one checkpoint: a line of a per-item JSON Lines file."""
+
+    task: str
+    """Task name, e.g. `kmmlu_hard`."""
+    subject: str
+    """Subject (cluster) within the task."""
+    item_id: str
+    """Identifier stable across checkpoints and runs."""
+    gold: int
+    """Index of the correct choice."""
+    pred: int
+    """Index of the predicted choice (argmax of `choice_logprobs`)."""
+    correct: bool
+    """Whether `pred == gold`."""
+    choice_logprobs: list[float]
+    """Log-probability of each choice's answer token over the full vocabulary (lm-eval's
+    loglikelihood of that one-token continuation), in choice order."""
+    prompt_sha: str
+    """Short sha256 of the exact prompt text, to prove two checkpoints saw the same prompt."""
+
+
+class Comparison(Record):
+    """A candidate checkpoint against the base on the same items of one task."""
+
+    version: int = SCHEMA_VERSION
+    """Format version of this record."""
+    task: str
+    """Task name."""
+    base: str
+    """Base checkpoint name."""
+    candidate: str
+    """Candidate checkpoint name."""
+    n: int
+    """Items in common."""
+    acc_base: float
+    """Base accuracy, fraction in [0, 1]."""
+    acc_cand: float
+    """Candidate accuracy, fraction in [0, 1]."""
+    delta: float
+    """acc_cand − acc_base, fraction in [-1, 1]."""
+    ci_low: float
+    """Lower end of the paired bootstrap 95% CI of delta (subjects resampled as clusters)."""
+    ci_high: float
+    """Upper end of that CI."""
+    mcnemar_p: float
+    """Exact McNemar p-value (two-sided binomial test on the discordant pairs)."""
+    flips_c2w: int
+    """Items the base got right and the candidate got wrong."""
+    flips_w2c: int
+    """Items the base got wrong and the candidate got right."""
+    mean_kl: float | None
+    """Mean KL(base ‖ candidate) of the choice distributions, nats."""
+    bootstrap_resamples: int
+    """Bootstrap resamples behind the CI."""
+    seed: int
+    """Seed of the bootstrap."""
+
+
+class ScoreRun(Record):
+    """Summary of scoring one checkpoint on one task through one server."""
+
+    version: int = SCHEMA_VERSION
+    """Format version of this record."""
+    checkpoint: str
+    """Checkpoint name."""
+    task: str
+    """Task name."""
+    n_items: int
+    """Items scored (resumed items included)."""
+    accuracy: float
+    """Fraction correct."""
+    items_per_s: float | None
+    """Scoring speed of the items scored in this run; None when everything was resumed."""
+    items_path: str
+    """Per-item JSON Lines file."""
+    profile_key: str
+    """Hash of the serve profile used."""
+
+
+class LeaderboardRow(Record):
+    """One checkpoint's row of `results/<model>/leaderboard.csv` (one column per field)."""
+
+    schema_version: int = SCHEMA_VERSION
+    """Leaderboard schema version."""
+    model: str
+    """Registry name of the model."""
+    checkpoint: str
+    """Checkpoint name."""
+    scheme: str
+    """Quantization scheme."""
+    calibration: str
+    """Calibration mix name, or `none`."""
+    status: str
+    """`ok`, or `failed: <why>` when the checkpoint could not be built, served or scored."""
+    kmmlu_acc: float | None
+    """KMMLU accuracy (micro average)."""
+    kmmlu_delta: float | None
+    """KMMLU Δ accuracy vs the base."""
+    kmmlu_ci_low: float | None
+    """Lower end of the KMMLU Δ 95% CI."""
+    kmmlu_ci_high: float | None
+    """Upper end of the KMMLU Δ 95% CI."""
+    kmmlu_p: float | None
+    """KMMLU exact McNemar p."""
+    kmmlu_flips_c2w: int | None
+    """KMMLU items flipped correct→wrong."""
+    kmmlu_flips_w2c: int | None
+    """KMMLU items flipped wrong→correct."""
+    mmlu_acc: float | None
+    """MMLU accuracy (micro average)."""
+    mmlu_delta: float | None
+    """MMLU Δ accuracy vs the base."""
+    mmlu_ci_low: float | None
+    """Lower end of the MMLU Δ 95% CI."""
+    mmlu_ci_high: float | None
+    """Upper end of the MMLU Δ 95% CI."""
+    mmlu_p: float | None
+    """MMLU exact McNemar p."""
+    mmlu_flips_c2w: int | None
+    """MMLU items flipped correct→wrong."""
+    mmlu_flips_w2c: int | None
+    """MMLU items flipped wrong→correct."""
+    weights_gib: float | None
+    """Weights memory vLLM reported."""
+    kv_cache_gib: float | None
+    """KV cache memory vLLM reserved."""
+    kv_cache_tokens: int | None
+    """Tokens the KV cache holds."""
+    max_concurrency: float | None
+    """Requests of max-model-len tokens served at once."""
+    disk_gib: float | None
+    """Checkpoint size on disk."""
+    items_per_s: float | None
+    """Median scoring speed over the tasks."""
+    serve_profile: str
+    """Serve profile name and hash."""
+    checkpoint_key: str
+    """Hash of the checkpoint's build inputs."""
+    versions: str
+    """Key package versions (`vllm=…;llmcompressor=…;…`)."""
+    command: str
+    """Command that reproduces this row."""

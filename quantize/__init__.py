@@ -1,0 +1,1 @@
+"""Calibration sets, the scheme registry and checkpoint builds (llmcompressor)."""
