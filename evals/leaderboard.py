@@ -1,0 +1,128 @@
+"""The leaderboard: one row per checkpoint, columns declared once by `LeaderboardRow`."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from statistics import median
+from typing import get_args
+
+from kqe.errors import UserError
+from kqe.io import write_atomic
+from kqe.records import (
+    SCHEMA_VERSION,
+    Checkpoint,
+    Comparison,
+    LeaderboardRow,
+    MemoryReport,
+    ScoreRun,
+)
+
+COLUMNS = list(LeaderboardRow.model_fields)
+TASK_COLUMNS = {"kmmlu_hard": "kmmlu", "mmlu": "mmlu"}
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _task_cells(prefix: str, run: ScoreRun | None, comparison: Comparison | None) -> dict:
+    cells: dict = {f"{prefix}_acc": run.accuracy if run else None}
+    if comparison is not None:
+        cells.update(
+            {
+                f"{prefix}_delta": comparison.delta,
+                f"{prefix}_ci_low": comparison.ci_low,
+                f"{prefix}_ci_high": comparison.ci_high,
+                f"{prefix}_p": comparison.mcnemar_p,
+                f"{prefix}_flips_c2w": comparison.flips_c2w,
+                f"{prefix}_flips_w2c": comparison.flips_w2c,
+            }
+        )
+    return cells
+
+
+def build_row(
+    checkpoint: Checkpoint,
+    calibration: str,
+    status: str,
+    runs: dict[str, ScoreRun],
+    comparisons: dict[str, Comparison],
+    memory: MemoryReport | None,
+    serve_profile: str,
+    command: str,
+) -> LeaderboardRow:
+    """Assemble a row from a checkpoint's records; missing stages leave empty cells."""
+    cells: dict = {name: None for name in COLUMNS}
+    for task, prefix in TASK_COLUMNS.items():
+        cells.update(_task_cells(prefix, runs.get(task), comparisons.get(task)))
+    speeds = [run.items_per_s for run in runs.values() if run.items_per_s]
+    versions = ";".join(f"{k}={v}" for k, v in sorted(checkpoint.package_versions.items()))
+    cells.update(
+        schema_version=SCHEMA_VERSION,
+        model=checkpoint.model,
+        checkpoint=checkpoint.name,
+        scheme=checkpoint.scheme,
+        calibration=calibration,
+        status=status,
+        weights_gib=memory.weights_gib if memory else None,
+        kv_cache_gib=memory.kv_cache_gib if memory else None,
+        kv_cache_tokens=memory.kv_cache_tokens if memory else None,
+        max_concurrency=memory.max_concurrency if memory else None,
+        disk_gib=round(checkpoint.disk_bytes / 2**30, 3),
+        items_per_s=round(median(speeds), 2) if speeds else None,
+        serve_profile=serve_profile,
+        checkpoint_key=checkpoint.key,
+        versions=versions,
+        command=command,
+    )
+    return LeaderboardRow(**cells)
+
+
+def _cell(value: object) -> str:
+    """CSV text of a value; text that a spreadsheet would run as a formula is quoted with a '."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    text = str(value)
+    if text.startswith(_FORMULA_START):
+        return "'" + text
+    return text
+
+
+def write_leaderboard(path: Path, rows: list[LeaderboardRow]) -> None:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for row in rows:
+        writer.writerow([_cell(getattr(row, name)) for name in COLUMNS])
+    write_atomic(path, buffer.getvalue())
+
+
+def read_leaderboard(path: Path) -> list[LeaderboardRow]:
+    """Read a leaderboard CSV written by this schema version; anything else is a one-line error."""
+    if not path.is_file():
+        raise UserError(f"leaderboard {path} not found: run `make eval` first or pass an existing CSV")
+    with path.open(encoding="utf-8", newline="") as handle:
+        records = list(csv.DictReader(handle))
+    if not records:
+        raise UserError(f"leaderboard {path} has no rows: run `make eval` to fill it")
+    missing = [name for name in COLUMNS if name not in records[0]]
+    if "schema_version" in records[0] and records[0]["schema_version"] != str(SCHEMA_VERSION):
+        raise UserError(
+            f"leaderboard {path} has schema version {records[0]['schema_version']}, this suite reads "
+            f"version {SCHEMA_VERSION}: re-run `make eval` with this suite to rewrite it"
+        )
+    if missing:
+        raise UserError(f"leaderboard {path} lacks columns {', '.join(missing)}: is it a kqe leaderboard?")
+    return [
+        LeaderboardRow.model_validate({name: _parse_cell(name, record[name]) for name in COLUMNS})
+        for record in records
+    ]
+
+
+def _parse_cell(name: str, text: str) -> str | None:
+    if text == "" and type(None) in get_args(LeaderboardRow.model_fields[name].annotation):
+        return None
+    if text.startswith("'") and text[1:].startswith(_FORMULA_START):
+        return text[1:]
+    return text

@@ -1,0 +1,82 @@
+"""Leaderboard CSV: round trip, formula neutralisation, schema-version and column errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evals.leaderboard import COLUMNS, build_row, read_leaderboard, write_leaderboard
+from kqe.errors import UserError
+from kqe.records import Checkpoint, Comparison, MemoryReport, ScoreRun
+
+
+def checkpoint(name: str = "awq-w4a16") -> Checkpoint:
+    return Checkpoint(
+        name=name, scheme=name, model="tiny", path="/x", recipe={}, calibration_hash=None,
+        package_versions={"llmcompressor": "0.14.0.1"}, wall_s=1.0, peak_rss_bytes=1,
+        disk_bytes=2**30, key="abc",
+    )  # fmt: skip
+
+
+def sample_row(command: str = "kqe eval --model tiny"):
+    run = ScoreRun(
+        checkpoint="awq-w4a16", task="mmlu", n_items=10, accuracy=0.4, items_per_s=12.5,
+        items_path="/x.jsonl", profile_key="p",
+    )  # fmt: skip
+    comparison = Comparison(
+        task="mmlu", base="bf16", candidate="awq-w4a16", n=10, acc_base=0.5, acc_cand=0.4, delta=-0.1,
+        ci_low=-0.3, ci_high=0.1, mcnemar_p=0.62, flips_c2w=2, flips_w2c=1, mean_kl=0.01,
+        bootstrap_resamples=100, seed=1,
+    )  # fmt: skip
+    memory = MemoryReport(
+        source="vllm-log", device="cpu", weights_gib=0.1, kv_cache_gib=1.0, kv_cache_tokens=5000,
+        max_concurrency=2.4, max_model_len=2048,
+    )  # fmt: skip
+    return build_row(checkpoint(), "ko70", "ok", {"mmlu": run}, {"mmlu": comparison}, memory, "cpu:1", command)
+
+
+def test_round_trip_keeps_values(tmp_path: Path) -> None:
+    row = sample_row()
+    path = tmp_path / "leaderboard.csv"
+    write_leaderboard(path, [row])
+    [back] = read_leaderboard(path)
+    assert back.mmlu_delta == pytest.approx(-0.1)
+    assert back.mmlu_flips_c2w == 2
+    assert back.kv_cache_tokens == 5000
+    assert back.kmmlu_acc is None
+    assert back.disk_gib == pytest.approx(1.0)
+    assert path.read_text().splitlines()[0].split(",") == COLUMNS
+
+
+def test_formula_like_cell_is_neutralised(tmp_path: Path) -> None:
+    path = tmp_path / "leaderboard.csv"
+    write_leaderboard(path, [sample_row(command='=HYPERLINK("http://x","y")')])
+    text = path.read_text()
+    assert "'=HYPERLINK" in text
+    assert ",=HYPERLINK" not in text and ',"=HYPERLINK' not in text
+    assert read_leaderboard(path)[0].command.startswith("=HYPERLINK")
+
+
+def test_other_schema_version_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "leaderboard.csv"
+    write_leaderboard(path, [sample_row()])
+    lines = path.read_text().splitlines()
+    lines[1] = "0" + lines[1][1:]
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(UserError, match="schema version 0, this suite reads version 1"):
+        read_leaderboard(path)
+
+
+def test_missing_columns_are_named(tmp_path: Path) -> None:
+    path = tmp_path / "leaderboard.csv"
+    path.write_text("model,checkpoint\ntiny,bf16\n")
+    with pytest.raises(UserError, match="lacks columns schema_version, scheme"):
+        read_leaderboard(path)
+
+
+def test_empty_leaderboard_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "leaderboard.csv"
+    path.write_text(",".join(COLUMNS) + "\n")
+    with pytest.raises(UserError, match="has no rows"):
+        read_leaderboard(path)
