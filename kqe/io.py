@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TypeVar
 
@@ -41,7 +40,10 @@ def read_jsonl(path: Path, kind: type[T]) -> list[T]:
     """Read records; a torn last line (a crash mid-write) is dropped, any other bad line is an error."""
     if not path.exists():
         return []
-    lines = path.read_text(encoding="utf-8").splitlines()
+    # split on "\n" only: str.splitlines() also breaks at U+2028 and U+0085, which text fields may hold
+    lines = path.read_text(encoding="utf-8").split("\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
     records = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -77,8 +79,3 @@ class JsonlAppender:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def iter_json_objects(path: Path) -> Iterator[dict]:
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            yield json.loads(line)

@@ -1,0 +1,308 @@
+"""Fast multiple-choice scoring through a running `vllm serve`: one next-token read per item.
+
+For a letter-choice item lm-eval's loglikelihood of each one-token continuation (" A".." D") is the
+log-probability of that token at the position after the context. vLLM's completions endpoint returns
+exactly that, over the full vocabulary, for listed token ids (`logprob_token_ids`), so one request with
+`max_tokens: 1` scores an item, instead of prompt log-probs over the whole vocabulary at every position.
+
+Tokenization follows lm-eval's HF backend (`HFLM.tok_encode` and `TemplateLM._encode_pair`): trailing
+whitespace moves from the context to the continuation, the tokenizer's own special tokens are added
+(BOS for Llama and Gemma tokenizers) unless the text already starts with BOS, and the continuation is
+the tail of encode(context + continuation) after encode(context). Every continuation must be exactly
+one token: multi-token continuations are out of scope for this fast path and raise `UserError`.
+
+Request:  POST /v1/completions {"model", "prompt": [context token ids], "max_tokens": 1,
+          "temperature": 0, "logprobs": <n choices>, "logprob_token_ids": [choice ids],
+          "return_tokens_as_token_ids": true}
+Response: choices[0].logprobs.top_logprobs[0] == {"token_id:<id>": logprob, …} holding the sampled
+          token and every requested id (vLLM clamps -inf to -9999.0). A missing id is an error.
+
+The log-probs are the raw model distribution (`--logprobs-mode raw_logprobs`, vLLM's default, which
+evals.serve passes explicitly). A prompt longer than the served max-model-len minus one is refused
+up front (lm-eval's hf backend would silently cut its left end instead).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Generator
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from evals.tasks import PromptItem
+from kqe.errors import UserError
+from kqe.io import JsonlAppender, read_jsonl
+from kqe.records import ItemResult, ScoreRun
+
+log = logging.getLogger(__name__)
+
+RETRIES = 5
+"""Attempts per request on connection errors, timeouts and 5xx answers."""
+BACKOFF_S = 0.5
+"""First wait between attempts; doubles after each failure."""
+TIMEOUT_S = 120.0
+"""Per-request timeout: generous, a cold CPU server can queue many prompts."""
+
+
+@dataclass(frozen=True)
+class EncodedItem:
+    """A prompt as token ids: the context sent to the server and the one token of each choice."""
+
+    item: PromptItem
+    context_ids: list[int]
+    choice_ids: list[int]
+
+
+class ChoiceTokenizer:
+    """A checkpoint's tokenizer, loaded once, encoding items the way lm-eval's `hf` model does."""
+
+    def __init__(self, tokenizer_dir: Path) -> None:
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+        prefix_id = self.tokenizer.bos_token_id
+        prefix_id = self.tokenizer.eos_token_id if prefix_id is None else prefix_id
+        self._prefix_text: str | None = None if prefix_id is None else str(self.tokenizer.decode(prefix_id))
+
+    def tok_encode(self, text: str) -> list[int]:
+        """`HFLM.tok_encode` with lm-eval's default `add_bos_token=None`: the tokenizer's own special
+        tokens (Llama and Gemma tokenizers add BOS), none when the text already starts with BOS."""
+        if self._prefix_text and text.startswith(self._prefix_text):
+            return list(self.tokenizer.encode(text, add_special_tokens=False))
+        return list(self.tokenizer.encode(text))
+
+    def encode_pairs(self, context: str, continuations: tuple[str, ...]) -> tuple[list[int], list[list[int]]]:
+        """`TemplateLM._encode_pair` (causal models) of the context with each continuation, encoding
+        the shared context once."""
+        n_spaces = len(context) - len(context.rstrip())
+        moved = context[len(context) - n_spaces :]
+        context = context[: len(context) - n_spaces]
+        context_ids = self.tok_encode(context)
+        wholes = [self.tok_encode(context + moved + continuation) for continuation in continuations]
+        return context_ids, [whole[len(context_ids) :] for whole in wholes]
+
+    def encode(self, item: PromptItem) -> EncodedItem:
+        """Context ids and the one token of each choice; UserError when a choice is not one token."""
+        context_ids, continuation_ids = self.encode_pairs(item.prompt, item.continuations)
+        for continuation, ids in zip(item.continuations, continuation_ids, strict=True):
+            if len(ids) != 1:
+                raise UserError(
+                    f"{item.item_id}: choice {continuation!r} is {len(ids)} tokens for this tokenizer; "
+                    "the server scorer needs one-token choices: use lm_eval for this model"
+                )
+        choice_ids = [ids[0] for ids in continuation_ids]
+        return EncodedItem(item=item, context_ids=context_ids, choice_ids=choice_ids)
+
+
+def prompt_sha(prompt: str) -> str:
+    """Short sha256 of a prompt's text."""
+    return hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:16]
+
+
+def completion_request(served_name: str, encoded: EncodedItem) -> dict[str, Any]:
+    return {
+        "model": served_name,
+        "prompt": encoded.context_ids,
+        "max_tokens": 1,
+        "temperature": 0,
+        # vLLM 0.32 ignores this when logprob_token_ids is set, but its sampler expects the two equal
+        "logprobs": len(encoded.choice_ids),
+        "logprob_token_ids": encoded.choice_ids,
+        "return_tokens_as_token_ids": True,
+    }
+
+
+def choice_logprobs(response: dict[str, Any], encoded: EncodedItem) -> list[float]:
+    """The log-prob of each choice token from a completions response; every one must be present."""
+    try:
+        read = response["choices"][0]["logprobs"]["top_logprobs"][0]
+    except (KeyError, IndexError, TypeError):
+        raise RuntimeError(f"{encoded.item.item_id}: response has no top_logprobs: {response}") from None
+    missing = [token for token in encoded.choice_ids if f"token_id:{token}" not in read]
+    if missing:
+        raise RuntimeError(
+            f"{encoded.item.item_id}: server returned no log-prob for choice token(s) {missing}: {read}"
+        )
+    return [float(read[f"token_id:{token}"]) for token in encoded.choice_ids]
+
+
+def item_result(item: PromptItem, logprobs: list[float]) -> ItemResult:
+    """An item's result; pred is the first index of the highest log-prob (ties go to the lower index)."""
+    pred = max(range(len(logprobs)), key=lambda index: (logprobs[index], -index))
+    return ItemResult(
+        task=item.task,
+        subject=item.subject,
+        item_id=item.item_id,
+        gold=item.gold,
+        pred=pred,
+        correct=pred == item.gold,
+        choice_logprobs=logprobs,
+        prompt_sha=prompt_sha(item.prompt),
+    )
+
+
+class CompletionsClient:
+    """Thread-safe client of one vLLM OpenAI-compatible server, retrying transient failures."""
+
+    def __init__(self, base_url: str, api_key: str, served_name: str, concurrency: int) -> None:
+        self.served_name = served_name
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"),
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=TIMEOUT_S,
+            limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        wait = BACKOFF_S
+        for attempt in range(1, RETRIES + 1):
+            try:
+                response = self._http.request(method, path, json=body)
+                if response.status_code < 400:
+                    result: dict[str, Any] = response.json()
+                    return result
+                if response.status_code < 500:  # our request is wrong: retrying cannot help
+                    raise RuntimeError(f"{method} {path}: HTTP {response.status_code}: {response.text[:500]}")
+                failure = f"HTTP {response.status_code}: {response.text[:300]}"
+            except httpx.TransportError as exc:
+                failure = f"{type(exc).__name__}: {exc}"
+            if attempt == RETRIES:
+                raise RuntimeError(f"{method} {path} failed {RETRIES} times, last: {failure}")
+            log.warning("%s %s attempt %d: %s; retrying in %.1fs", method, path, attempt, failure, wait)
+            time.sleep(wait)
+            wait *= 2
+        raise AssertionError("unreachable")
+
+    def max_model_len(self) -> int:
+        """The served model's max-model-len; fails if the server does not serve `served_name`."""
+        models = self._call("GET", "/v1/models")["data"]
+        for model in models:
+            if model["id"] == self.served_name:
+                return int(model["max_model_len"])
+        served = [model["id"] for model in models]
+        raise UserError(f"server serves {served}, not {self.served_name!r}: pass the served model name")
+
+    def read_choices(self, encoded: EncodedItem) -> list[float]:
+        body = completion_request(self.served_name, encoded)
+        return choice_logprobs(self._call("POST", "/v1/completions", body), encoded)
+
+
+def resumable(items_path: Path, prompts: list[PromptItem]) -> list[ItemResult]:
+    """Results already in `items_path` worth keeping: one per item_id, none stale for these prompts.
+
+    A result is stale when an item of `prompts` with its id now has another prompt or gold: it is
+    dropped so the item is scored again. Results of items outside `prompts` are kept untouched.
+    """
+    current = {item.item_id: item for item in prompts}
+    kept: dict[str, ItemResult] = {}
+    for result in read_jsonl(items_path, ItemResult):
+        item = current.get(result.item_id)
+        if item is not None and (result.prompt_sha != prompt_sha(item.prompt) or result.gold != item.gold):
+            log.warning("%s: %s was scored on another prompt; scoring it again", items_path, result.item_id)
+            continue
+        kept.setdefault(result.item_id, result)
+    return list(kept.values())
+
+
+def _check_lengths(encoded: list[EncodedItem], max_model_len: int) -> None:
+    longest = max(encoded, key=lambda e: len(e.context_ids))
+    if len(longest.context_ids) + 1 > max_model_len:
+        raise UserError(
+            f"{longest.item.item_id} has {len(longest.context_ids)} prompt tokens, more than the served "
+            f"max-model-len {max_model_len} allows with one answer token: raise max_model_len in the profile"
+        )
+
+
+def score_task(
+    prompts: list[PromptItem],
+    tokenizer_dir: Path,
+    base_url: str,
+    api_key: str,
+    served_name: str,
+    items_path: Path,
+    checkpoint: str,
+    profile_key: str,
+    concurrency: int = 8,
+    progress: Callable[[int, int], None] | None = None,
+) -> ScoreRun:
+    """Score every prompt of one task through the server, resuming from `items_path`.
+
+    Finished items are appended to `items_path` one flushed line at a time, so a crash loses at most
+    the requests in flight; a re-run scores only the items not there yet.
+    """
+    tasks = {item.task for item in prompts}
+    if len(tasks) != 1:
+        raise ValueError(f"score_task needs the prompts of exactly one task, got {sorted(tasks) or 'none'}")
+    task = tasks.pop()
+    kept = resumable(items_path, prompts)
+    wanted = {item.item_id for item in prompts}
+    results = {result.item_id: result for result in kept if result.item_id in wanted}
+    todo = [item for item in prompts if item.item_id not in results]
+    items_per_s = None
+    if progress:
+        progress(len(results), len(prompts))
+    with JsonlAppender(items_path, keep=kept) as appender:
+        if todo:
+            tokenizer = ChoiceTokenizer(tokenizer_dir)
+            encoded = [tokenizer.encode(item) for item in todo]
+            started = time.perf_counter()
+            scored = _score_encoded(encoded, base_url, api_key, served_name, concurrency)
+            with contextlib.closing(scored):  # on any error: stop the pool, drop what is in flight
+                for result in scored:
+                    appender.append(result)
+                    results[result.item_id] = result
+                    if progress:
+                        progress(len(results), len(prompts))
+            items_per_s = len(todo) / (time.perf_counter() - started)
+            log.info("%s %s: %d items at %.2f items/s", checkpoint, task, len(todo), items_per_s)
+    return summarize(list(results.values()), checkpoint, task, items_path, profile_key, items_per_s)
+
+
+def summarize(
+    results: list[ItemResult],
+    checkpoint: str,
+    task: str,
+    items_path: Path,
+    profile_key: str,
+    items_per_s: float | None = None,
+) -> ScoreRun:
+    """The ScoreRun of a task's item results (micro accuracy)."""
+    if not results:
+        raise ValueError(f"no results to summarize for {checkpoint} {task}")
+    return ScoreRun(
+        checkpoint=checkpoint,
+        task=task,
+        n_items=len(results),
+        accuracy=sum(result.correct for result in results) / len(results),
+        items_per_s=items_per_s,
+        items_path=str(items_path),
+        profile_key=profile_key,
+    )
+
+
+def _score_encoded(
+    encoded: list[EncodedItem], base_url: str, api_key: str, served_name: str, concurrency: int
+) -> Generator[ItemResult, None, None]:
+    """Yield results as they finish, at most `concurrency` requests in flight."""
+    client = CompletionsClient(base_url, api_key, served_name, concurrency)
+    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="kqe-score")
+    try:
+        _check_lengths(encoded, client.max_model_len())
+        futures: dict[Future[list[float]], EncodedItem] = {
+            pool.submit(client.read_choices, item): item for item in encoded
+        }
+        for future in as_completed(futures):
+            yield item_result(futures[future].item, future.result())
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        client.close()

