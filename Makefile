@@ -5,7 +5,7 @@ CALIB ?= ko70
 TASKS ?= kmmlu_hard,mmlu
 LIMIT ?= 300
 PROFILE ?= cpu-small
-KQE := .venv/bin/kqe
+KQE ?= .venv/bin/kqe
 
 .PHONY: setup eval test test-fast lint
 

@@ -11,6 +11,8 @@ from typing import TypeVar
 from pydantic import BaseModel
 
 T = TypeVar("T", bound=BaseModel)
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -18,6 +20,7 @@ def write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; results are meant to be shared
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
@@ -78,4 +81,3 @@ class JsonlAppender:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-

@@ -336,3 +336,30 @@ class LeaderboardRow(Record):
     """Key package versions (`vllm=…;llmcompressor=…;…`)."""
     command: str
     """Command that reproduces this row."""
+
+
+class RunSummary(Record):
+    """`results/<model>/run.json`: what one `make eval` did, linking every leaderboard number to its files."""
+
+    version: int = SCHEMA_VERSION
+    """Format version of this record."""
+    config: dict
+    """The EvalConfig of the run."""
+    command: str
+    """Command that reproduces the run."""
+    wall_s: float
+    """Wall time of the whole run, seconds."""
+    calibration: CalibrationSet | None
+    """Calibration set used, if any scheme needed one."""
+    profile: ServeProfile
+    """Serve profile applied to every checkpoint."""
+    checkpoints: list[Checkpoint]
+    """Checkpoints that were built (or reused)."""
+    failures: dict[str, str]
+    """Checkpoint name → why it has no scores."""
+    score_runs: list[ScoreRun]
+    """Per checkpoint and task: accuracy, items/s and the per-item file."""
+    comparisons: list[Comparison]
+    """Per candidate and task: the paired comparison with the base."""
+    memory: dict[str, MemoryReport]
+    """Checkpoint name → what vLLM reserved for it."""

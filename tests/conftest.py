@@ -33,4 +33,3 @@ def has_serve_env() -> bool:
 needs_serve_env = pytest.mark.skipif(
     not has_serve_env(), reason="serve environment missing: run `make setup`"
 )
-

