@@ -36,7 +36,7 @@ from typing import Any
 
 import httpx
 
-from evals.tasks import PromptItem
+from evals.prompts import PromptItem
 from kqe.errors import UserError
 from kqe.io import JsonlAppender, read_jsonl
 from kqe.records import ItemResult, ScoreRun

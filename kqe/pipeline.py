@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from evals import leaderboard, score, serve, stats, tasks
+from evals import leaderboard, prompts, score, serve, stats
 from kqe.errors import UserError
 from kqe.io import read_jsonl, read_record, write_record
 from kqe.modelstore import model_dir
@@ -87,7 +87,7 @@ class _Matrix:
     profile: ServeProfile
     recipes: dict[str, schemes.Recipe]
     calib: CalibrationSet | None
-    prompts: dict[str, list[tasks.PromptItem]]
+    prompts: dict[str, list[prompts.PromptItem]]
     out: Path
     progress: Progress
 
@@ -101,8 +101,8 @@ def _prepare(cfg: EvalConfig, ws: Workspace, progress: Progress) -> _Matrix:
     recipes = {name: schemes.recipe_for(name, {}) for name in names}
     needs_calib = any(schemes.SCHEMES[name].needs_calibration for name in names)
     mix = calibration.parse_mix(cfg.calibration) if needs_calib else None
-    data_dir = tasks.prepare_tasks(ws, list(cfg.tasks), cfg.limit, cfg.seed)
-    prompts = {task: tasks.load_prompts(task, data_dir) for task in cfg.tasks}
+    data_dir = prompts.prepare_tasks(ws, list(cfg.tasks), cfg.limit, cfg.seed)
+    task_prompts = {task: prompts.load_prompts(task, data_dir) for task in cfg.tasks}
     calib = None
     if mix is not None:
         progress("calibration set", 0, 1)
@@ -111,7 +111,7 @@ def _prepare(cfg: EvalConfig, ws: Workspace, progress: Progress) -> _Matrix:
         )
         progress("calibration set", 1, 1)
     out = ws.results(spec.name)
-    return _Matrix(cfg, ws, spec.name, base_dir, profile, recipes, calib, prompts, out, progress)
+    return _Matrix(cfg, ws, spec.name, base_dir, profile, recipes, calib, task_prompts, out, progress)
 
 
 def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:

