@@ -134,7 +134,7 @@ class Checkpoint(Record):
     peak_rss_bytes: int
     """Peak resident memory of the building process."""
     disk_bytes: int
-    """Bytes of the checkpoint directory on disk."""
+    """Bytes of the checkpoint's safetensors weights on disk (what vLLM loads)."""
     key: str
     """Hash of the inputs (model, scheme, recipe, calibration) that names this build."""
 

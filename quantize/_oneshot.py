@@ -1,0 +1,154 @@
+"""Child process of a checkpoint build: `python -m quantize._oneshot '<OneshotJob JSON>'`.
+
+Runs llmcompressor's oneshot on a bf16 copy of the base model and writes the compressed checkpoint
+into `job.out_dir`. It runs apart from the suite so that its peak memory can be measured on its own
+and a crash (or an out-of-memory kill) cannot leave the parent half-way through a write.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from quantize.calibration import TOKENIZER_FILES
+
+log = logging.getLogger("quantize.oneshot")
+
+REPORT_NAME = "kqe-oneshot.json"
+"""Timings the child leaves in the checkpoint directory."""
+
+
+class OneshotJob(BaseModel):
+    """What the parent asks the child to build."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    base_dir: str
+    out_dir: str
+    scheme: str
+    recipe: dict[str, Any]
+    calibration_path: str | None
+    """JSON Lines of calibration samples (`text`, `tokens`), None for data-free schemes."""
+    seq_len: int | None
+
+
+def allow_cpu_awq() -> None:
+    """Make `IntermediatesCache.pin_memory` a no-op when torch has no accelerator.
+
+    llmcompressor 0.14 AWQ pins its cached activations before the scale search to speed up
+    host-to-device copies; on a CPU-only torch `Tensor.pin_memory()` raises "Cannot access
+    accelerator device when none is available". With no device there is no copy to speed up, so
+    skipping the pinning changes nothing else. Patched in this child process only.
+    """
+    import torch
+    from llmcompressor.pipelines.cache import IntermediatesCache
+
+    if torch.accelerator.is_available():
+        return
+
+    def skip_pinning(
+        self: IntermediatesCache, batch_index: int, input_names: list[str] | None = None
+    ) -> None:
+        return None
+
+    IntermediatesCache.pin_memory = skip_pinning  # type: ignore[method-assign]
+
+
+def observe_awq_mappings(report: dict[str, Any]) -> None:
+    """Note in `report` which AWQ smoothings llmcompressor actually resolves.
+
+    It silently skips mappings whose shapes do not fit (e.g. v_proj→o_proj when the model has fewer
+    KV heads than query heads), and how many survive explains a poor AWQ result. Observation only.
+    """
+    from llmcompressor.modifiers.transform.awq import AWQModifier
+
+    resolve = AWQModifier._set_resolved_mappings
+
+    def resolve_and_note(self: AWQModifier, model: Any) -> None:
+        resolve(self, model)
+        report["awq_declared"] = [mapping.smooth_layer for mapping in self.mappings or []]
+        smoothed = Counter(m.smooth_name.rsplit(".", 1)[-1] for m in self._resolved_mappings)
+        report["awq_smoothed"] = dict(sorted(smoothed.items()))
+
+    AWQModifier._set_resolved_mappings = resolve_and_note  # type: ignore[method-assign]
+
+
+def calibration_dataset(path: Path, tokenizer: Any, seq_len: int) -> Any:
+    """The samples as token ids, checked to be exactly the token counts the set recorded."""
+    from datasets import Dataset
+
+    ids = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        sample = json.loads(line)
+        tokens = tokenizer(sample["text"])["input_ids"]
+        if len(tokens) != sample["tokens"] or len(tokens) > seq_len:
+            raise RuntimeError(
+                f"{path}:{number}: {len(tokens)} tokens, the set recorded {sample['tokens']} "
+                f"(seq_len {seq_len}): built with another tokenizer?"
+            )
+        ids.append(tokens)
+    return Dataset.from_dict({"input_ids": ids, "attention_mask": [[1] * len(t) for t in ids]})
+
+
+def run(job: OneshotJob) -> dict[str, Any]:
+    import torch
+    from llmcompressor import oneshot
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from quantize.schemes import recipe_for
+
+    allow_cpu_awq()
+    report: dict[str, Any] = {}
+    observe_awq_mappings(report)
+    base, out = Path(job.base_dir), Path(job.out_dir)
+    started = time.monotonic()
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.bfloat16)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    loaded = time.monotonic()
+    data: dict[str, Any] = {}
+    if job.calibration_path is not None:
+        assert job.seq_len is not None
+        dataset = calibration_dataset(Path(job.calibration_path), tokenizer, job.seq_len)
+        data = {
+            "dataset": dataset,
+            "max_seq_length": job.seq_len,
+            "num_calibration_samples": len(dataset),
+            "shuffle_calibration_samples": False,  # the set is already shuffled under its seed
+        }
+    oneshot(model=model, tokenizer=tokenizer, recipe=recipe_for(job.scheme, job.recipe).modifiers(), **data)
+    calibrated = time.monotonic()
+    model.save_pretrained(out, save_compressed=True)
+    # Copied, not re-saved: the checkpoint must tokenize exactly as the base does.
+    for name in TOKENIZER_FILES:
+        if (base / name).is_file():
+            shutil.copy2(base / name, out / name)
+    saved = time.monotonic()
+    report.update(
+        load_s=round(loaded - started, 2),
+        oneshot_s=round(calibrated - loaded, 2),
+        save_s=round(saved - calibrated, 2),
+        calibration_samples=len(data.get("dataset", [])),
+        torch_threads=torch.get_num_threads(),
+    )
+    return report
+
+
+def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
+    job = OneshotJob.model_validate_json(argv[0])
+    report = run(job)
+    (Path(job.out_dir) / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    log.info("oneshot %s done: %s", job.scheme, report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
