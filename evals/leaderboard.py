@@ -33,10 +33,21 @@ def _task_cells(prefix: str, run: ScoreRun | None, comparison: Comparison | None
                 f"{prefix}_ci_low": comparison.ci_low,
                 f"{prefix}_ci_high": comparison.ci_high,
                 f"{prefix}_p": comparison.mcnemar_p,
+                f"{prefix}_p_holm": comparison.p_holm,
                 f"{prefix}_flips_c2w": comparison.flips_c2w,
                 f"{prefix}_flips_w2c": comparison.flips_w2c,
+                f"{prefix}_kl": comparison.mean_kl,
+                f"{prefix}_recovery": comparison.recovery,
+                f"{prefix}_mde": comparison.mde,
+                f"{prefix}_verdict": comparison.verdict,
             }
         )
+        if comparison.ko_en_gap is not None:  # carried by the Korean task's comparison
+            cells.update(
+                ko_en_gap=comparison.ko_en_gap,
+                ko_en_gap_ci_low=comparison.ko_en_gap_ci_low,
+                ko_en_gap_ci_high=comparison.ko_en_gap_ci_high,
+            )
     return cells
 
 

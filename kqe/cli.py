@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -15,6 +16,8 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from kqe.commands.doctor import doctor_command
+from kqe.commands.plan import plan_command
 from kqe.errors import UserError
 from kqe.workspace import Workspace
 
@@ -77,6 +80,8 @@ def main(verbose: bool) -> None:
     )
     for noisy in ("httpx", "urllib3", "datasets", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.getLogger("lm_eval").setLevel(logging.ERROR)  # per-task chatter around our own progress bars
+    os.environ.setdefault("TQDM_DISABLE", "1")  # library tqdm bars would tear the rich progress display
 
 
 @main.command("eval")
@@ -144,26 +149,43 @@ def models_command() -> None:
 @main.command("compare")
 @click.argument("base_items", type=click.Path(path_type=Path))
 @click.argument("cand_items", type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object keyed by task.")
-def compare_command(base_items: Path, cand_items: Path, as_json: bool) -> None:
-    """Paired comparison of two per-item files (JSON Lines, one ItemResult per line) task by task."""
-    from evals.stats import compare, read_items
+@click.option(
+    "--margin",
+    default=1.0,
+    show_default=True,
+    help="Non-inferiority margin in accuracy points (1.0 = a loss of 0.01 is acceptable).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object keyed by task (fractions).")
+def compare_command(base_items: Path, cand_items: Path, margin: float, as_json: bool) -> None:
+    """Paired comparison of two per-item files (JSON Lines with task, item_id, correct, optionally
+    subject, gold, choice_logprobs) task by task. Two candidate files give the calibration effect."""
+    from evals.stats import compare_files
 
     def action() -> None:
-        base, cand = read_items(base_items), read_items(cand_items)
-        results = {task: compare("base", "candidate", base[task], cand.get(task, [])) for task in base}
+        results = compare_files(base_items, cand_items, margin)
         if as_json:
-            click.echo(json.dumps({t: r.model_dump(mode="json") for t, r in results.items()}, indent=2))
+            report = {task: r.model_dump(mode="json") for task, r in results.items()}
+            click.echo(json.dumps(report, indent=2, ensure_ascii=False))
             return
         for task, r in results.items():
+            kl = "" if r.mean_kl is None else f"  KL {r.mean_kl:.4f}"
             click.echo(
-                f"{task}: n={r.n} acc {r.acc_base:.3f} -> {r.acc_cand:.3f}  Δ {r.delta:+.3f} "
-                f"[{r.ci_low:+.3f}, {r.ci_high:+.3f}]  McNemar p={r.mcnemar_p:.3g}  "
-                f"flips c→w {r.flips_c2w} w→c {r.flips_w2c}"
+                f"{task}: n={r.n}  acc {r.acc_base:.3f} -> {r.acc_cand:.3f}  Δ {100 * r.delta:+.1f} pts "
+                f"[{100 * r.ci_low:+.1f}, {100 * r.ci_high:+.1f}]  McNemar p={r.mcnemar_p:.3g} "
+                f"(Holm {r.p_holm:.3g})  flips c→w {r.flips_c2w} w→c {r.flips_w2c}{kl}  "
+                f"MDE {100 * r.mde:.1f} pts  => {r.verdict}"
             )
+            if r.ko_en_gap is not None and r.ko_en_gap_ci_low is not None and r.ko_en_gap_ci_high is not None:
+                click.echo(
+                    f"{task} - {r.english_task} loss gap: {100 * r.ko_en_gap:+.1f} pts "
+                    f"[{100 * r.ko_en_gap_ci_low:+.1f}, {100 * r.ko_en_gap_ci_high:+.1f}]"
+                )
 
     _run_guarded(action)
 
+
+main.add_command(plan_command)
+main.add_command(doctor_command)
 
 if __name__ == "__main__":
     main()

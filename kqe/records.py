@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class Record(BaseModel):
@@ -62,6 +62,10 @@ class ModelSpec(Record):
     """Whether the LM head shares the embedding matrix."""
     max_context: int
     """Longest context the model supports, in tokens."""
+    sliding_window: int | None = None
+    """Tokens a sliding-window attention layer attends to (Gemma 3: 512); None when all attend fully."""
+    sliding_window_layers: int = 0
+    """How many of the layers use sliding-window attention (vLLM keeps only their window in the KV cache)."""
     offline: str | None = None
     """Name of the offline installer for this model (`gemma3-gguf`), or None when it needs the hub."""
     local_path: str | None = None
@@ -167,7 +171,8 @@ class ServeProfile(Record):
 
     @property
     def key(self) -> str:
-        return content_hash(self)
+        """Hash of the serving settings alone: a new record format does not re-serve old results."""
+        return content_hash(self.model_dump(mode="json", exclude={"version"}))
 
 
 class MemoryReport(Record):
@@ -216,7 +221,8 @@ class ItemResult(Record):
 
 
 class Comparison(Record):
-    """A candidate checkpoint against the base on the same items of one task."""
+    """A candidate checkpoint against the base on the same items of one task (two candidates compared
+    this way give the calibration effect)."""
 
     version: int = SCHEMA_VERSION
     """Format version of this record."""
@@ -240,16 +246,50 @@ class Comparison(Record):
     """Upper end of that CI."""
     mcnemar_p: float
     """Exact McNemar p-value (two-sided binomial test on the discordant pairs)."""
+    mcnemar_midp: float
+    """Mid-p variant of the exact McNemar p: the observed split counts half (less conservative, its
+    size is close to nominal)."""
+    p_holm: float
+    """mcnemar_p after Holm's correction across the tasks compared together (one task: unchanged)."""
     flips_c2w: int
     """Items the base got right and the candidate got wrong."""
     flips_w2c: int
     """Items the base got wrong and the candidate got right."""
+    flip_rate: float
+    """(flips_c2w + flips_w2c) / n: share of items whose correctness changed."""
     mean_kl: float | None
-    """Mean KL(base ‖ candidate) of the choice distributions, nats."""
+    """Mean KL(base ‖ candidate) of the choice distributions, nats; None without log-probs."""
+    top_agreement: float | None
+    """Share of items where both put their highest log-prob on the same choice; None without log-probs."""
+    recovery: float | None
+    """acc_cand / acc_base; None when the base got no item right."""
+    recovery_ci_low: float | None
+    """Lower end of the bootstrap 95% CI of recovery (the resamples behind the delta CI)."""
+    recovery_ci_high: float | None
+    """Upper end of that CI."""
+    margin: float
+    """Non-inferiority margin, fraction (0.01 = one accuracy point): the loss taken as acceptable."""
+    noninf_p: float
+    """One-sided bootstrap p of H0 "delta ≤ −margin"; small means a loss as large as the margin is
+    ruled out."""
+    mde: float
+    """Minimum detectable effect, fraction: the smallest |delta| the exact McNemar test (two-sided 5%)
+    finds with 80% power at this n and flip rate."""
+    verdict: str
+    """`significant loss` (p_holm < 0.05 and ci_high < 0), else `no loss detected within margin`
+    (ci_low > −margin), else `inconclusive — n too small (MDE x points)`."""
+    english_task: str | None = None
+    """On a Korean task: the English task its loss is contrasted with; None otherwise."""
+    ko_en_gap: float | None = None
+    """delta of this task − delta of english_task; negative means the Korean side lost more."""
+    ko_en_gap_ci_low: float | None = None
+    """Lower end of the 95% CI of ko_en_gap (each task resampled on its own: different items)."""
+    ko_en_gap_ci_high: float | None = None
+    """Upper end of that CI."""
     bootstrap_resamples: int
-    """Bootstrap resamples behind the CI."""
+    """Bootstrap resamples behind the CIs."""
     seed: int
-    """Seed of the bootstrap."""
+    """Seed of the bootstrap (each task draws its own stream from it)."""
 
 
 class ScoreRun(Record):
@@ -298,10 +338,20 @@ class LeaderboardRow(Record):
     """Upper end of the KMMLU Δ 95% CI."""
     kmmlu_p: float | None
     """KMMLU exact McNemar p."""
+    kmmlu_p_holm: float | None
+    """KMMLU McNemar p after Holm's correction across the tasks."""
     kmmlu_flips_c2w: int | None
     """KMMLU items flipped correct→wrong."""
     kmmlu_flips_w2c: int | None
     """KMMLU items flipped wrong→correct."""
+    kmmlu_kl: float | None
+    """KMMLU mean KL(base ‖ checkpoint) of the choice distributions, nats."""
+    kmmlu_recovery: float | None
+    """KMMLU accuracy as a share of the base's (acc / base acc)."""
+    kmmlu_mde: float | None
+    """KMMLU smallest loss this many items detect with 80% power (fraction)."""
+    kmmlu_verdict: str | None
+    """KMMLU verdict: no loss detected within margin, significant loss, or inconclusive (MDE)."""
     mmlu_acc: float | None
     """MMLU accuracy (micro average)."""
     mmlu_delta: float | None
@@ -312,10 +362,26 @@ class LeaderboardRow(Record):
     """Upper end of the MMLU Δ 95% CI."""
     mmlu_p: float | None
     """MMLU exact McNemar p."""
+    mmlu_p_holm: float | None
+    """MMLU McNemar p after Holm's correction across the tasks."""
     mmlu_flips_c2w: int | None
     """MMLU items flipped correct→wrong."""
     mmlu_flips_w2c: int | None
     """MMLU items flipped wrong→correct."""
+    mmlu_kl: float | None
+    """MMLU mean KL(base ‖ checkpoint) of the choice distributions, nats."""
+    mmlu_recovery: float | None
+    """MMLU accuracy as a share of the base's (acc / base acc)."""
+    mmlu_mde: float | None
+    """MMLU smallest loss this many items detect with 80% power (fraction)."""
+    mmlu_verdict: str | None
+    """MMLU verdict: no loss detected within margin, significant loss, or inconclusive (MDE)."""
+    ko_en_gap: float | None
+    """KMMLU Δ − MMLU Δ: negative means Korean lost more than English."""
+    ko_en_gap_ci_low: float | None
+    """Lower end of the 95% CI of ko_en_gap."""
+    ko_en_gap_ci_high: float | None
+    """Upper end of the 95% CI of ko_en_gap."""
     weights_gib: float | None
     """Weights memory vLLM reported."""
     kv_cache_gib: float | None

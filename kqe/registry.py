@@ -81,6 +81,8 @@ def spec_from_config(
     head_dim = int(text.get("head_dim") or facts["hidden"] // heads)
     # Without the key: PretrainedConfig's default (tied); configs of untied models state it.
     tied = bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", True)))
+    # Hybrid attention (Gemma 3): vLLM keeps only the window of the sliding-window layers in the KV cache.
+    sliding_layers = sum(kind == "sliding_attention" for kind in text.get("layer_types") or [])
     if params_b is None:
         count = dense_param_count(
             layers=facts["layers"], hidden=facts["hidden"], intermediate=facts["intermediate"],
@@ -101,6 +103,8 @@ def spec_from_config(
         vocab=facts["vocab"],
         tied_embeddings=tied,
         max_context=facts["max_context"],
+        sliding_window=int(text["sliding_window"]) if sliding_layers else None,
+        sliding_window_layers=sliding_layers,
         local_path=local_path,
     )
 

@@ -78,3 +78,30 @@ def test_make_eval_before_setup_says_run_setup(tmp_path: Path) -> None:
 def test_installed_model_missing_says_run_setup(tmp_path: Path) -> None:
     result = run_kqe("eval", "--model", "gemma3-270m", cwd=tmp_path, home=tmp_path / "empty-home")
     assert_one_line_error(result, "gemma3-270m", "make setup")
+
+
+@pytest.mark.parametrize(
+    ("cand_rows", "options", "needles"),
+    [
+        ('{"task": "mmlu", "item_id": "other", "correct": true}\n', (), ("share no items", "same items")),
+        (
+            '{"task": "mmlu", "item_id": "q1", "correct": true}\n',
+            ("--margin", "0"),
+            ("margin 0", "--margin 1.0"),
+        ),
+        (
+            '{"task": "mmlu", "item_id": "q1", "correct": true}\n',
+            ("--margin", "-1"),
+            ("margin -1", "--margin"),
+        ),
+        ("task,item_id,correct\nmmlu,q1,true\n", (), ("cand.jsonl:1", "task, item_id and correct")),
+    ],
+)
+def test_compare_bad_input_is_one_line(
+    cand_rows: str, options: tuple[str, ...], needles: tuple[str, ...], tmp_path: Path
+) -> None:
+    base = tmp_path / "base.jsonl"
+    base.write_text('{"task": "mmlu", "item_id": "q1", "correct": false}\n')
+    (tmp_path / "cand.jsonl").write_text(cand_rows)
+    result = run_kqe("compare", "base.jsonl", "cand.jsonl", *options, cwd=tmp_path, home=tmp_path / "home")
+    assert_one_line_error(result, *needles)

@@ -26,7 +26,10 @@ def sample_row(command: str = "kqe eval --model tiny"):
     )  # fmt: skip
     comparison = Comparison(
         task="mmlu", base="bf16", candidate="awq-w4a16", n=10, acc_base=0.5, acc_cand=0.4, delta=-0.1,
-        ci_low=-0.3, ci_high=0.1, mcnemar_p=0.62, flips_c2w=2, flips_w2c=1, mean_kl=0.01,
+        ci_low=-0.3, ci_high=0.1, mcnemar_p=0.62, mcnemar_midp=0.5, p_holm=0.62, flips_c2w=2, flips_w2c=1,
+        flip_rate=0.3, mean_kl=0.01, top_agreement=0.9, recovery=0.8, recovery_ci_low=0.5,
+        recovery_ci_high=1.2, margin=0.01, noninf_p=0.7, mde=0.2,
+        verdict="inconclusive — n too small (MDE 20.0 points)",
         bootstrap_resamples=100, seed=1,
     )  # fmt: skip
     memory = MemoryReport(
@@ -65,7 +68,7 @@ def test_other_schema_version_is_a_clear_error(tmp_path: Path) -> None:
     lines = path.read_text().splitlines()
     lines[1] = "0" + lines[1][1:]
     path.write_text("\n".join(lines) + "\n")
-    with pytest.raises(UserError, match="schema version 0, this suite reads version 1"):
+    with pytest.raises(UserError, match="schema version 0, this suite reads version 2"):
         read_leaderboard(path)
 
 

@@ -1,28 +1,50 @@
-"""Paired statistics checked against independent references and hand-computed cases."""
+"""Paired statistics checked against independent references (statsmodels, scipy, simulation) and
+hand-computed cases; `kqe compare` and the leaderboard cells on top of them."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy.stats import bootstrap
+from click.testing import CliRunner
+from scipy.stats import binom, binomtest, bootstrap, norm
 from statsmodels.stats.contingency_tables import mcnemar
+from statsmodels.stats.multitest import multipletests
 
-from evals.stats import bootstrap_delta_ci, compare, mcnemar_exact, mean_choice_kl
+from evals.leaderboard import build_row, read_leaderboard, write_leaderboard
+from evals.stats import (
+    NO_LOSS,
+    SIGNIFICANT_LOSS,
+    PairedItems,
+    _stretch,
+    bootstrap_accuracies,
+    compare,
+    compare_files,
+    compare_tasks,
+    holm,
+    mcnemar_p,
+    minimum_detectable_effect,
+    read_items,
+)
+from kqe.cli import main
 from kqe.errors import UserError
-from kqe.records import ItemResult
+from kqe.records import Checkpoint, ItemResult
 
 
-def make_items(correct: list[bool], subjects: list[str] | None = None, logprobs=None) -> list[ItemResult]:
+def make_items(
+    correct: list[bool], subjects: list[str] | None = None, logprobs=None, task: str = "t"
+) -> list[ItemResult]:
     items = []
     for i, ok in enumerate(correct):
         lp = logprobs[i] if logprobs is not None else [-1.0, -2.0, -3.0, -4.0]
         items.append(
             ItemResult(
-                task="t",
+                task=task,
                 subject=subjects[i] if subjects else "s",
-                item_id=f"t/{i}",
+                item_id=f"{task}/{i}",
                 gold=0,
                 pred=0 if ok else 1,
                 correct=ok,
@@ -33,68 +55,364 @@ def make_items(correct: list[bool], subjects: list[str] | None = None, logprobs=
     return items
 
 
-@pytest.mark.parametrize(("b", "c"), [(0, 0), (1, 0), (5, 2), (12, 3), (40, 37), (0, 9)])
+def flips(n: int, c2w: int, w2c: int, base_right: int, task: str = "t") -> tuple[list, list]:
+    """n items: c2w right→wrong, w2c wrong→right, the rest as base (base_right of them right)."""
+    base = [True] * c2w + [False] * w2c + [i < base_right for i in range(n - c2w - w2c)]
+    cand = [False] * c2w + [True] * w2c + base[c2w + w2c :]
+    return make_items(base, task=task), make_items(cand, task=task)
+
+
+# --- McNemar -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("b", "c"), [(0, 0), (1, 0), (5, 2), (12, 3), (40, 37), (0, 9), (300, 251)])
 def test_mcnemar_matches_statsmodels(b: int, c: int) -> None:
-    table = [[10, b], [c, 10]]
-    expected = 1.0 if b + c == 0 else mcnemar(table, exact=True).pvalue
-    assert mcnemar_exact(b, c) == pytest.approx(expected, rel=1e-12)
+    expected = mcnemar([[10, b], [c, 10]], exact=True).pvalue
+    assert float(mcnemar_p(b, c)) == pytest.approx(expected, rel=1e-12)
 
 
-def test_mcnemar_hand_computed() -> None:
-    # 3 discordant pairs all one way: p = 2 * (1/2)^3 = 0.25
-    assert mcnemar_exact(3, 0) == pytest.approx(0.25)
-    # 1 vs 1: the most balanced split gives p = 1
-    assert mcnemar_exact(1, 1) == pytest.approx(1.0)
+def test_mcnemar_vectorised_matches_scipy_binomtest_on_generated_counts() -> None:
+    rng = np.random.default_rng(0)
+    b, c = rng.integers(0, 60, 200), rng.integers(0, 60, 200)
+    expected = [
+        binomtest(int(x), int(x + y), 0.5).pvalue if x + y else 1.0 for x, y in zip(b, c, strict=True)
+    ]
+    np.testing.assert_allclose(mcnemar_p(b, c), expected, rtol=1e-10)
 
 
-def test_compare_counts_and_delta_by_hand() -> None:
-    base = make_items([True, True, False, False, True])
-    cand = make_items([True, False, True, False, False])
-    result = compare("bf16", "awq", base, cand, resamples=2000)
-    assert (result.flips_c2w, result.flips_w2c) == (2, 1)
-    assert result.acc_base == pytest.approx(0.6)
-    assert result.acc_cand == pytest.approx(0.4)
-    assert result.delta == pytest.approx(-0.2)
-    assert result.ci_low <= result.delta <= result.ci_high
-    assert result.mcnemar_p == pytest.approx(1.0)
+def test_mcnemar_and_mid_p_hand_computed() -> None:
+    # 3 discordant pairs all one way: p = 2 * (1/2)^3 = 0.25; mid-p removes P(X=0) = 1/8
+    assert float(mcnemar_p(3, 0)) == pytest.approx(0.25)
+    assert float(mcnemar_p(3, 0, mid=True)) == pytest.approx(0.125)
+    # 5 vs 0: exact 2/32, mid-p 1/32 — below 0.05 only with the mid-p
+    assert float(mcnemar_p(0, 5)) == pytest.approx(0.0625)
+    assert float(mcnemar_p(0, 5, mid=True)) == pytest.approx(0.03125)
+    # 3 vs 1: exact 2 * 5/16, mid-p 10/16 - 4/16
+    assert float(mcnemar_p(3, 1)) == pytest.approx(0.625)
+    assert float(mcnemar_p(3, 1, mid=True)) == pytest.approx(0.375)
+    # balanced splits: both are 1
+    assert float(mcnemar_p(2, 2)) == float(mcnemar_p(2, 2, mid=True)) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(("b", "c"), [(7, 2), (1, 11), (30, 18)])
+def test_mid_p_is_exact_p_less_the_observed_split(b: int, c: int) -> None:
+    exact = binomtest(min(b, c), b + c, 0.5).pvalue
+    assert float(mcnemar_p(b, c, mid=True)) == pytest.approx(exact - binom.pmf(min(b, c), b + c, 0.5))
+
+
+# --- bootstrap -----------------------------------------------------------------------------------
 
 
 def test_item_bootstrap_matches_scipy_percentile_ci() -> None:
     rng = np.random.default_rng(1)
-    diffs = rng.choice([-1.0, 0.0, 1.0], p=[0.15, 0.75, 0.10], size=3000)
-    low, high = bootstrap_delta_ci(diffs, np.zeros(3000), resamples=20_000, seed=3)
-    ref = bootstrap((diffs,), np.mean, n_resamples=20_000, method="percentile", random_state=4)
+    base = rng.random(3000) < 0.5
+    cand = np.where(rng.random(3000) < 0.25, ~base, base)
+    paired = PairedItems(base, cand, np.zeros(3000))
+    base_star, cand_star = bootstrap_accuracies(paired, 20_000, np.random.default_rng(3))
+    low, high = np.percentile(cand_star - base_star, [2.5, 97.5])
+    diffs = cand.astype(float) - base
+    ref = bootstrap((diffs,), np.mean, n_resamples=20_000, method="percentile", rng=np.random.default_rng(4))
     assert low == pytest.approx(ref.confidence_interval.low, abs=0.002)
     assert high == pytest.approx(ref.confidence_interval.high, abs=0.002)
+
+
+def test_cluster_bootstrap_matches_scipy_over_subjects_with_the_small_sample_stretch() -> None:
+    rng = np.random.default_rng(2)
+    subjects = np.repeat(np.arange(20), rng.integers(5, 40, 20))
+    level = rng.normal(0, 0.3, 20)[subjects]
+    base = rng.random(len(subjects)) < 0.5
+    cand = np.where(rng.random(len(subjects)) < 0.3 + level.clip(-0.3, 0.3), ~base, base)
+    base_star, cand_star = bootstrap_accuracies(PairedItems(base, cand, subjects), 20_000, rng)
+    low, high = np.percentile(cand_star - base_star, [2.5, 97.5])
+    # reference: scipy resamples (difference sum, item count) per subject, statistic = ratio of sums
+    sums = np.bincount(subjects, weights=cand.astype(float) - base)
+    counts = np.bincount(subjects).astype(float)
+    ref = bootstrap(
+        (sums, counts), lambda s, n, axis=-1: s.sum(axis) / n.sum(axis), paired=True, n_resamples=20_000,
+        method="percentile", rng=np.random.default_rng(5),
+    ).confidence_interval  # fmt: skip
+    delta, stretch = sums.sum() / counts.sum(), _stretch(20)
+    assert low == pytest.approx(delta + stretch * (ref.low - delta), abs=0.004)
+    assert high == pytest.approx(delta + stretch * (ref.high - delta), abs=0.004)
+
+
+def test_stretch_is_the_small_sample_factor() -> None:
+    assert _stretch(45) == pytest.approx(math.sqrt(45 / 44) * 2.015368 / 1.959964, rel=1e-5)
+    assert _stretch(1_000_000) == pytest.approx(1.0, abs=1e-5)
 
 
 def test_cluster_bootstrap_is_wider_when_subjects_differ() -> None:
     rng = np.random.default_rng(2)
     subjects = np.repeat(np.arange(20), 50)
-    # each subject has its own loss level: clustering must widen the interval
-    per_subject = rng.normal(0, 0.3, size=20)
-    diffs = np.clip(np.round(per_subject[subjects] + rng.normal(0, 0.5, size=1000)), -1, 1)
-    item_low, item_high = bootstrap_delta_ci(diffs, np.zeros(1000), 5000, 0)
-    clu_low, clu_high = bootstrap_delta_ci(diffs, subjects, 5000, 0)
-    assert (clu_high - clu_low) > (item_high - item_low)
+    loss = rng.normal(0, 0.3, size=20).clip(-0.5, 0.5)[subjects]  # each subject its own loss level
+    base = np.ones(1000, dtype=bool)
+    cand = rng.random(1000) >= 0.3 + loss
+    item_star = bootstrap_accuracies(PairedItems(base, cand, np.zeros(1000)), 5000, np.random.default_rng(0))
+    clu_star = bootstrap_accuracies(PairedItems(base, cand, subjects), 5000, np.random.default_rng(0))
+    assert np.std(clu_star[1] - clu_star[0]) > 2 * np.std(item_star[1] - item_star[0])
 
 
-def test_bootstrap_is_reproducible_under_seed() -> None:
-    diffs = np.array([1.0, 0.0, -1.0, 0.0, 0.0, 1.0, -1.0, -1.0])
-    assert bootstrap_delta_ci(diffs, np.zeros(8), 1000, 7) == bootstrap_delta_ci(diffs, np.zeros(8), 1000, 7)
+def test_same_seed_same_numbers() -> None:
+    base, cand = flips(400, 30, 20, 200)
+    assert compare("a", "b", base, cand) == compare("a", "b", base, cand)
 
 
-def test_kl_is_zero_for_identical_and_matches_hand_value() -> None:
-    lp = [[math.log(0.5), math.log(0.5), -50.0, -50.0]]
-    same = make_items([True], logprobs=lp)
-    assert mean_choice_kl(same, same) == pytest.approx(0.0, abs=1e-12)
-    other = make_items([True], logprobs=[[math.log(0.9), math.log(0.1), -50.0, -50.0]])
-    expected = 0.5 * math.log(0.5 / 0.9) + 0.5 * math.log(0.5 / 0.1)
-    assert mean_choice_kl(same, other) == pytest.approx(expected, rel=1e-6)
+# --- the comparison record -----------------------------------------------------------------------
 
 
-def test_mismatched_items_are_an_error_naming_the_gap() -> None:
+def test_compare_counts_delta_recovery_by_hand() -> None:
+    base = make_items([True, True, False, False, True])
+    cand = make_items([True, False, True, False, False])
+    result = compare("bf16", "awq", base, cand, resamples=2000)
+    assert (result.flips_c2w, result.flips_w2c) == (2, 1)
+    assert (result.acc_base, result.acc_cand, result.delta) == pytest.approx((0.6, 0.4, -0.2))
+    assert result.flip_rate == pytest.approx(0.6)
+    assert result.recovery == pytest.approx(0.4 / 0.6)
+    assert result.ci_low <= result.delta <= result.ci_high
+    assert result.recovery_ci_low <= result.recovery <= result.recovery_ci_high  # type: ignore[operator]
+    assert result.mcnemar_p == pytest.approx(1.0)
+    assert result.mcnemar_midp == pytest.approx(2 * 4 / 8 - 3 / 8)  # 2·P(X≤1) − P(X=1), X ~ Bin(3, ½)
+    assert result.p_holm == result.mcnemar_p
+
+
+def test_identical_checkpoints_show_no_loss() -> None:
+    base = make_items([True, False] * 150, subjects=[f"s{i % 30}" for i in range(300)])
+    result = compare("bf16", "bf16", base, base)
+    assert (result.delta, result.ci_low, result.ci_high) == pytest.approx((0.0, -1 / 600, 1 / 600))
+    assert result.mean_kl == 0 and result.top_agreement == 1 and result.recovery == 1
+    assert result.verdict == NO_LOSS
+
+
+def test_kl_and_top_agreement_hand_values() -> None:
+    lp = [[math.log(0.5), math.log(0.5), -50.0, -50.0], [math.log(0.7), math.log(0.3), -50.0, -50.0]]
+    other = [[math.log(0.9), math.log(0.1), -50.0, -50.0], [math.log(0.2), math.log(0.8), -50.0, -50.0]]
+    result = compare(
+        "a", "b", make_items([True, True], logprobs=lp), make_items([True, False], logprobs=other)
+    )
+    kl_first = 0.5 * math.log(0.5 / 0.9) + 0.5 * math.log(0.5 / 0.1)
+    kl_second = 0.7 * math.log(0.7 / 0.2) + 0.3 * math.log(0.3 / 0.8)
+    assert result.mean_kl == pytest.approx((kl_first + kl_second) / 2, rel=1e-6)
+    assert result.top_agreement == pytest.approx(0.5)  # item 1: both say A (tie → first); item 2: A vs B
+
+
+def test_kl_needs_log_probs_with_the_same_choices(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    rows = [{"task": "t", "item_id": "1", "correct": True, "choice_logprobs": [-1.0, -2.0]}]
+    rows.append({"task": "t", "item_id": "2", "correct": False, "choice_logprobs": [-1.0, -2.0, -3.0]})
+    path.write_text("\n".join(json.dumps(row) for row in rows))
+    ragged = read_items(path)["t"]
+    assert compare("a", "b", ragged, ragged).mean_kl == pytest.approx(0.0)  # padded, same widths
+    bare = [item.model_copy(update={"choice_logprobs": None}) for item in ragged]
+    assert compare("a", "b", ragged, bare).mean_kl is None
+
+
+# --- MDE, verdicts, Holm -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("n", "discordance"), [(300, 0.1), (1000, 0.2), (35_000, 0.05)])
+def test_mde_solves_connors_sample_size_formula(n: int, discordance: float) -> None:
+    mde = minimum_detectable_effect(n, discordance)
+    z_a, z_b = norm.ppf(0.975), norm.ppf(0.8)
+    needed = (z_a * math.sqrt(discordance) + z_b * math.sqrt(discordance - mde**2)) ** 2 / mde**2
+    assert needed == pytest.approx(n, rel=1e-9)
+
+
+def test_mde_gives_80_percent_power_in_simulation() -> None:
+    n, discordance = 1000, 0.2
+    mde = minimum_detectable_effect(n, discordance)
+    draws = np.random.default_rng(7).multinomial(n, [(0.2 + mde) / 2, (0.2 - mde) / 2, 0.8], size=40_000)
+    b, c = draws[:, 0], draws[:, 1]
+    z_test = np.mean((b - c) / np.sqrt(b + c) > norm.ppf(0.975))  # the test the formula is for
+    exact = np.mean((mcnemar_p(b, c) < 0.05) & (b > c))
+    assert z_test == pytest.approx(0.80, abs=0.015)
+    assert 0.74 < exact <= z_test  # the exact test is a little conservative
+
+
+def test_mde_without_flips_is_the_all_one_way_floor() -> None:
+    n = 1000
+    z_a, z_b = norm.ppf(0.975), norm.ppf(0.8)
+    floor = ((z_a * math.sqrt(n) + z_b * math.sqrt(n + z_b**2 - z_a**2)) / (n + z_b**2)) ** 2
+    assert minimum_detectable_effect(n, 0.0) == pytest.approx(floor)
+    assert floor == pytest.approx((z_a + z_b) ** 2 / n, rel=0.01)
+    assert minimum_detectable_effect(2, 0.5) == 1.0
+
+
+def test_verdicts_on_clear_cases() -> None:
+    loss = compare("a", "b", *flips(200, 30, 0, 100))
+    assert loss.verdict == SIGNIFICANT_LOSS and loss.ci_high < 0 and loss.mcnemar_p < 1e-8
+    fine = compare("a", "b", *flips(5000, 10, 10, 2500))
+    assert fine.verdict == NO_LOSS and fine.ci_low > -0.01 and fine.noninf_p < 0.025
+    small = compare("a", "b", *flips(50, 5, 4, 20))
+    assert small.verdict == f"inconclusive — n too small (MDE {100 * small.mde:.1f} points)"
+    assert small.mde > 0.1 and small.noninf_p > 0.025
+
+
+def test_a_wider_margin_turns_inconclusive_into_no_loss() -> None:
+    base, cand = flips(1000, 40, 35, 500)
+    assert compare("a", "b", base, cand).verdict.startswith("inconclusive")
+    assert compare("a", "b", base, cand, margin=0.05).verdict == NO_LOSS
+
+
+def test_holm_matches_statsmodels() -> None:
+    rng = np.random.default_rng(3)
+    for size in (1, 2, 5, 12):
+        p = rng.random(size) ** 3
+        p[::3] = p[0]  # ties
+        np.testing.assert_allclose(holm(p), multipletests(p, method="holm")[1], rtol=1e-12)
+
+
+def test_holm_across_tasks_can_withdraw_a_significant_loss() -> None:
+    ko_base, ko_cand = flips(100, 10, 2, 50, task="kmmlu_hard")
+    en_base, en_cand = flips(100, 10, 2, 50, task="mmlu")
+    alone = compare("a", "b", ko_base, ko_cand)
+    assert alone.verdict == SIGNIFICANT_LOSS and alone.mcnemar_p == pytest.approx(2 * 79 / 4096)
+    both = compare_tasks(
+        "a", "b", {"kmmlu_hard": ko_base, "mmlu": en_base}, {"kmmlu_hard": ko_cand, "mmlu": en_cand}
+    )
+    assert both["kmmlu_hard"].p_holm == pytest.approx(2 * alone.mcnemar_p)
+    assert both["kmmlu_hard"].verdict != SIGNIFICANT_LOSS
+
+
+# --- Korean-vs-English gap -----------------------------------------------------------------------
+
+
+def test_ko_en_gap_matches_scipy_two_sample_bootstrap() -> None:
+    rng = np.random.default_rng(4)
+
+    def task(name: str, n: int, c2w: float, w2c: float) -> tuple[list, list, np.ndarray]:
+        base = rng.random(n) < 0.5
+        u = rng.random(n)
+        cand = np.where(base, u >= c2w, u < w2c)
+        return make_items(list(base), task=name), make_items(list(cand), task=name), cand.astype(float) - base
+
+    ko_base, ko_cand, ko_diffs = task("kmmlu_hard", 3000, 0.12, 0.06)
+    en_base, en_cand, en_diffs = task("mmlu", 2000, 0.08, 0.08)
+    result = compare_tasks(
+        "a", "b", {"kmmlu_hard": ko_base, "mmlu": en_base}, {"kmmlu_hard": ko_cand, "mmlu": en_cand}
+    )
+    ko, en = result["kmmlu_hard"], result["mmlu"]
+    assert ko.english_task == "mmlu" and en.ko_en_gap is None
+    assert ko.ko_en_gap == pytest.approx(ko.delta - en.delta)
+    ref = bootstrap(
+        (ko_diffs, en_diffs), lambda x, y, axis=-1: x.mean(axis) - y.mean(axis), n_resamples=20_000,
+        method="percentile", rng=np.random.default_rng(5),
+    ).confidence_interval  # fmt: skip
+    assert ko.ko_en_gap_ci_low == pytest.approx(ref.low, abs=0.003)
+    assert ko.ko_en_gap_ci_high == pytest.approx(ref.high, abs=0.003)
+
+
+# --- reading per-item files and `kqe compare` ----------------------------------------------------
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def test_reader_takes_the_minimal_format_and_ignores_extra_fields(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "x.jsonl", [
+        {"task": "mmlu", "item_id": "q1", "correct": True, "model": "x", "latency_ms": 3},
+        {"task": "mmlu", "item_id": "q2", "correct": False, "subject": "law", "gold": 1, "pred": 2},
+    ])  # fmt: skip
+    items = read_items(path)["mmlu"]
+    assert [item.item_id for item in items] == ["q1", "q2"]
+    assert items[0].subject is None and items[1].gold == 1
+
+
+def test_reader_drops_a_torn_last_line(tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / "x.jsonl", [{"task": "t", "item_id": str(i), "correct": True} for i in range(3)]
+    )
+    path.write_text(path.read_text() + '{"task": "t", "item_id": "3", "corr')
+    assert len(read_items(path)["t"]) == 3
+
+
+@pytest.mark.parametrize(
+    ("row", "needle"),
+    [
+        ({"task": "t", "item_id": "1"}, "correct: Field required"),
+        ({"task": "t", "item_id": "1", "correct": "yes"}, "correct: Input should be a valid boolean"),
+        ({"item_id": "1", "correct": True}, "task: Field required"),
+    ],
+)
+def test_reader_names_the_line_and_the_problem(tmp_path: Path, row: dict, needle: str) -> None:
+    path = write_jsonl(tmp_path / "x.jsonl", [{"task": "t", "item_id": "0", "correct": True}, row])
+    with pytest.raises(UserError, match=f"x.jsonl:2: not a per-item record \\({needle}"):
+        read_items(path)
+
+
+def test_pairing_errors_say_what_differs() -> None:
     base = make_items([True, False, True])
-    cand = make_items([True, False])
     with pytest.raises(UserError, match="1 only in base, 0 only in candidate"):
-        compare("bf16", "awq", base, cand)
+        compare("bf16", "awq", base, base[:2])
+    with pytest.raises(UserError, match="share no items of task t"):
+        compare("bf16", "awq", base, make_items([True], task="u"))
+    with pytest.raises(UserError, match="appears twice in the candidate"):
+        compare("bf16", "awq", base, [*base, base[0]])
+    with pytest.raises(UserError, match="has gold 0 in base and 3 in candidate"):
+        compare("bf16", "awq", base, [base[0].model_copy(update={"gold": 3}), *base[1:]])
+
+
+@pytest.mark.parametrize("margin", [0.0, -0.01, 1.0, float("nan")])
+def test_margin_must_be_a_positive_fraction_below_one(margin: float) -> None:
+    with pytest.raises(UserError, match="accuracy points is not above 0 and below 100"):
+        compare("a", "b", *flips(10, 1, 1, 5), margin=margin)
+
+
+def test_compare_files_requires_the_same_tasks(tmp_path: Path) -> None:
+    base = write_jsonl(tmp_path / "base.jsonl", [{"task": "mmlu", "item_id": "1", "correct": True}])
+    cand = write_jsonl(tmp_path / "cand.jsonl", [{"task": "kmmlu_hard", "item_id": "1", "correct": True}])
+    with pytest.raises(UserError, match=r"holds tasks \['mmlu'\] but .*cand.jsonl holds \['kmmlu_hard'\]"):
+        compare_files(base, cand)
+
+
+def test_kqe_compare_json_has_every_documented_key(tmp_path: Path) -> None:
+    rng = np.random.default_rng(6)
+    rows: dict[str, list[dict]] = {"base": [], "cand": []}
+    for task, n in (("kmmlu_hard", 225), ("mmlu", 300)):
+        base_ok = rng.random(n) < 0.4
+        cand_ok = np.where(rng.random(n) < 0.3, ~base_ok, base_ok)
+        for i in range(n):
+            for side, ok in (("base", base_ok), ("cand", cand_ok)):
+                rows[side].append(
+                    {"task": task, "item_id": f"{task}/{i}", "subject": f"s{i % 45}", "correct": bool(ok[i])}
+                )
+    base, cand = (
+        write_jsonl(tmp_path / "b.jsonl", rows["base"]),
+        write_jsonl(tmp_path / "c.jsonl", rows["cand"]),
+    )
+    result = CliRunner().invoke(main, ["compare", str(base), str(cand), "--margin", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    keys = {"n", "acc_base", "acc_cand", "delta", "ci_low", "ci_high", "mcnemar_p", "flips_c2w", "flips_w2c"}
+    for task, n in (("kmmlu_hard", 225), ("mmlu", 300)):
+        assert keys | {"recovery", "mde", "verdict", "p_holm"} <= report[task].keys()
+        assert report[task]["n"] == n and report[task]["margin"] == pytest.approx(0.02)
+        assert -1 <= report[task]["ci_low"] <= report[task]["delta"] <= report[task]["ci_high"] <= 1
+    assert report["kmmlu_hard"]["ko_en_gap"] == pytest.approx(
+        report["kmmlu_hard"]["delta"] - report["mmlu"]["delta"]
+    )
+    text = CliRunner().invoke(main, ["compare", str(base), str(cand)])
+    assert text.exit_code == 0 and "kmmlu_hard - mmlu loss gap" in text.output
+    assert report["mmlu"]["verdict"] in text.output
+
+
+def test_leaderboard_carries_the_new_cells(tmp_path: Path) -> None:
+    ko_base, ko_cand = flips(50, 5, 4, 20, task="kmmlu_hard")
+    en_base, en_cand = flips(60, 3, 3, 30, task="mmlu")
+    comparisons = compare_tasks(
+        "bf16", "awq", {"kmmlu_hard": ko_base, "mmlu": en_base}, {"kmmlu_hard": ko_cand, "mmlu": en_cand}
+    )
+    checkpoint = Checkpoint(
+        name="awq", scheme="awq-w4a16", model="tiny", path="/x", recipe={}, calibration_hash=None,
+        package_versions={}, wall_s=1.0, peak_rss_bytes=1, disk_bytes=1, key="k",
+    )  # fmt: skip
+    row = build_row(checkpoint, "ko70", "ok", {}, comparisons, None, "cpu:1", "kqe eval")
+    write_leaderboard(tmp_path / "board.csv", [row])
+    [back] = read_leaderboard(tmp_path / "board.csv")
+    ko = comparisons["kmmlu_hard"]
+    assert back.kmmlu_verdict == ko.verdict and back.kmmlu_verdict.startswith("inconclusive — n too small")  # type: ignore[union-attr]
+    assert back.kmmlu_p_holm == pytest.approx(ko.p_holm, rel=1e-5)
+    assert back.mmlu_mde == pytest.approx(comparisons["mmlu"].mde, rel=1e-5)
+    assert back.ko_en_gap == pytest.approx(ko.ko_en_gap, rel=1e-5)
+    assert back.ko_en_gap_ci_low is not None and back.ko_en_gap_ci_high is not None

@@ -1,0 +1,1 @@
+"""Click commands kept out of `kqe/cli.py` and registered there with `main.add_command`."""

@@ -1,0 +1,35 @@
+"""`kqe doctor LOGFILE`: name the OOM pattern a vLLM log shows and the fix to try first (thin shell)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from evals.doctor import Diagnosis, diagnose, read_log
+
+
+def render(diagnosis: Diagnosis) -> str:
+    """The diagnosis as a few lines for a terminal."""
+    lines = [diagnosis.summary]
+    if diagnosis.evidence:
+        lines.append(f"evidence: {diagnosis.evidence}")
+    lines += [f"  {n}. {line}" for n, line in enumerate(diagnosis.advice, 1)]
+    return "\n".join(lines)
+
+
+@click.command("doctor")
+@click.argument("logfile", type=click.Path(path_type=Path))
+@click.option("--profile", help="Serve profile the server ran under, for settings the log does not state.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: pattern, evidence, advice.")
+def doctor_command(logfile: Path, profile: str | None, as_json: bool) -> None:
+    """Read a vLLM log or traceback and name its OOM pattern (A weights, B KV cache / concurrency,
+    C one long context, D another process, or none), the line that shows it, and what to try first."""
+    from evals.serve import load_profile
+    from kqe.cli import _run_guarded  # here: kqe.cli imports this module to register the command
+
+    def action() -> None:
+        diagnosis = diagnose(read_log(logfile), load_profile(profile) if profile else None)
+        click.echo(diagnosis.to_json() if as_json else render(diagnosis))
+
+    _run_guarded(action)

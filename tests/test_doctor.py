@@ -1,0 +1,193 @@
+"""`kqe doctor`: vLLM's own out-of-memory messages of each kind, numbers taken from the log, bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from evals.doctor import diagnose, read_log
+from evals.planner import plan
+from evals.serve import load_profile
+from evals.vllm_memory import PlanRequest, load_gpus
+from kqe.commands.doctor import doctor_command
+from kqe.errors import UserError
+from kqe.registry import load_registry
+
+ERRORS = Path(__file__).parent / "data" / "vllm_errors"
+LOGS = Path(__file__).parent / "data" / "vllm_logs"
+EXPECTED = {"a": "A", "b": "B", "c": "C", "d": "D", "ok": None}
+
+
+def text(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def found(pattern: str, where: str) -> tuple[str, ...]:
+    """The groups of the first match of `pattern` (it must match)."""
+    match = re.search(pattern, where)
+    assert match, pattern
+    return match.groups()
+
+
+@pytest.mark.parametrize("log", sorted(ERRORS.glob("*.log")), ids=lambda p: p.name)
+def test_each_kind_of_vllm_message_gets_its_pattern(log: Path) -> None:
+    expected = EXPECTED[log.name.split("_")[0]]
+    diagnosis = diagnose(text(log))
+
+    assert diagnosis.pattern == expected
+    if expected is None:
+        assert diagnosis.evidence is None and diagnosis.advice == []
+        return
+    assert diagnosis.evidence is not None
+    assert diagnosis.evidence.rstrip("…") in text(log)  # a line of the log, prefix removed
+    assert diagnosis.advice
+    assert f"pattern {expected}" in diagnosis.summary
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("cpu_fail_kv_cache_too_big.log", "B"),
+        ("cpu_fail_unknown_architecture.log", None),
+        ("cpu_tiny_llama_cpu-small.log", None),
+        ("cpu_268m_llama_cpu-ci.log", None),
+    ],
+)
+def test_real_vllm_cpu_logs(name: str, expected: str | None) -> None:
+    assert diagnose(text(LOGS / name)).pattern == expected
+
+
+def test_a_kv_pool_larger_than_the_machine_gets_a_size_that_fits() -> None:
+    log = text(LOGS / "cpu_fail_kv_cache_too_big.log")
+    available = float(found(r"Available memory on node 0 \(([\d.]+)/", log)[0])
+    advice = diagnose(log).advice[0]
+
+    suggested = float(found(r"≤ ([\d.]+) GiB", advice)[0])
+    assert 0 < suggested < available
+
+
+def test_long_max_model_len_advice_carries_vllms_estimate() -> None:
+    log = text(ERRORS / "c_max_model_len.log")
+    estimate = found(r"estimated maximum model length is (\d+)", log)[0]
+    diagnosis = diagnose(log)
+
+    assert diagnosis.advice[0] == f"parameters: --max-model-len {estimate} (vLLM's estimate of what fits)"
+    assert f"{int(estimate):,}" in diagnosis.summary
+
+
+def test_shared_gpu_advice_asks_for_no_more_than_is_free() -> None:
+    log = text(ERRORS / "d_free_memory_at_startup.log")
+    free, total = map(float, found(r"\(([\d.]+)/([\d.]+) GiB\) on startup", log))
+    diagnosis = diagnose(log)
+
+    assert "nvidia-smi" in diagnosis.advice[0]
+    utilization = float(found(r"--gpu-memory-utilization ([\d.]+)", diagnosis.advice[1])[0])
+    assert utilization * total <= free
+
+
+def test_preemption_advice_caps_sequences_at_the_logged_concurrency() -> None:
+    log = text(ERRORS / "b_preemptions.log")
+    concurrency = float(found(r"per request: ([\d.]+)x", log)[0])
+
+    assert f"--max-num-seqs {math.floor(concurrency)}:" in diagnose(log).advice[0]
+
+
+def test_graph_capture_oom_tries_enforce_eager_first() -> None:
+    assert "--enforce-eager" in diagnose(text(ERRORS / "b_cuda_graph_capture_oom.log")).advice[0]
+
+
+def test_other_processes_in_another_pid_namespace_are_not_blamed() -> None:
+    # in a container PyTorch may list this process under its host pid, without "this process"
+    log = re.sub(
+        r"Including non-PyTorch memory, this process has [\d.]+ GiB memory in use\. ",
+        "",
+        text(ERRORS / "d_torch_oom_other_process.log"),
+    )
+
+    assert diagnose(log).pattern == "A"  # it failed while loading the weights
+
+
+def test_a_log_with_a_retried_start_is_judged_by_its_last_start() -> None:
+    failed = text(ERRORS / "c_max_model_len.log")
+    healthy = text(ERRORS / "ok_gemma3_270m_bf16_cpu-small.log")
+
+    assert diagnose(failed + healthy).pattern is None
+    assert diagnose(healthy + failed).pattern == "C"
+
+
+def test_settings_come_from_the_log_else_from_the_profile() -> None:
+    log = text(ERRORS / "b_no_cache_blocks.log")
+    without_args = "\n".join(line for line in log.splitlines() if "non-default args" not in line)
+
+    assert "utilization 0.68" in diagnose(log).summary
+    assert "utilization 0.8" in diagnose(without_args, load_profile("shared-gpu")).summary
+    assert "utilization the default 0.92" in diagnose(without_args).summary
+
+
+@pytest.mark.parametrize(
+    ("log", "scheme", "update"),
+    [
+        ("a_weights_load_oom.log", "bf16", {}),
+        ("b_no_cache_blocks.log", "fp8-dynamic", {"gpu_memory_utilization": 0.68}),
+        ("c_max_model_len.log", "fp8-dynamic", {"max_model_len": 32768}),
+    ],
+)
+def test_planner_and_doctor_name_the_same_pattern(log: str, scheme: str, update: dict) -> None:
+    gpu = load_gpus()["rtx4090"]
+    settings = {"max_model_len": 16384, "max_num_seqs": 24} | update
+    request = PlanRequest(
+        model=load_registry()["qwen2.5-14b"], scheme=scheme, gpu=gpu.name, gpu_gib=gpu.memory_gib, **settings
+    )
+
+    assert plan(request).pattern == diagnose(text(ERRORS / log)).pattern
+
+
+# --- bad input: one line, exit 2 ------------------------------------------------------------------
+
+
+def doctor(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(doctor_command, list(args))
+    return result.exit_code, result.output
+
+
+def test_json_output_has_the_issues_keys() -> None:
+    code, output = doctor(str(ERRORS / "d_memory_profiling.log"), "--json")
+
+    assert code == 0
+    out = json.loads(output)
+    assert {"pattern", "evidence", "advice"} <= set(out)
+    assert out["pattern"] == "D"
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (None, "does not exist"),
+        (b"", "is empty"),
+        (b" \n\t\n", "is empty"),
+        (b"\x7fELF\x00\x01\x02", "binary"),
+    ],
+)
+def test_missing_empty_or_binary_logs_are_one_line_errors(
+    tmp_path: Path, content: bytes | None, needle: str
+) -> None:
+    path = tmp_path / "server.log"
+    if content is not None:
+        path.write_bytes(content)
+
+    code, output = doctor(str(path))
+    assert code == 2
+    assert needle in output and len(output.strip().splitlines()) == 1
+    with pytest.raises(UserError, match=needle):
+        read_log(path)
+
+
+def test_a_directory_is_not_a_log(tmp_path: Path) -> None:
+    code, output = doctor(str(tmp_path))
+
+    assert code == 2 and "is not a file" in output
