@@ -7,7 +7,7 @@ LIMIT ?= 300
 PROFILE ?= cpu-small
 KQE ?= .venv/bin/kqe
 
-.PHONY: setup eval test test-fast lint
+.PHONY: setup eval test test-fast lint bench
 
 setup:
 	bash scripts/setup.sh
@@ -27,3 +27,7 @@ test-fast: $(KQE)
 
 lint: $(KQE)
 	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy
+
+# Benchmarks, not tests: statistics coverage/false-positive simulation and speed (writes results/bench/).
+bench: $(KQE)
+	.venv/bin/python -m bench.stats_bench

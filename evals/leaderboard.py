@@ -60,13 +60,15 @@ def build_row(
     memory: MemoryReport | None,
     serve_profile: str,
     command: str,
+    engine_versions: dict[str, str] | None = None,
 ) -> LeaderboardRow:
     """Assemble a row from a checkpoint's records; missing stages leave empty cells."""
     cells: dict = {name: None for name in COLUMNS}
     for task, prefix in TASK_COLUMNS.items():
         cells.update(_task_cells(prefix, runs.get(task), comparisons.get(task)))
     speeds = [run.items_per_s for run in runs.values() if run.items_per_s]
-    versions = ";".join(f"{k}={v}" for k, v in sorted(checkpoint.package_versions.items()))
+    all_versions = checkpoint.package_versions | (engine_versions or {})
+    versions = ";".join(f"{k}={v}" for k, v in sorted(all_versions.items()))
     cells.update(
         schema_version=SCHEMA_VERSION,
         model=checkpoint.model,

@@ -72,6 +72,12 @@ def _read_profiles(path: Path) -> dict[str, ServeProfile]:
     return profiles
 
 
+def engine_version(ws: Workspace) -> str:
+    """Version of the serving engine in the serve environment (its dist-info), without importing it."""
+    found = sorted(ws.serve_venv.glob("lib/python*/site-packages/vllm-*.dist-info"))
+    return found[-1].name.removeprefix("vllm-").removesuffix(".dist-info") if found else "missing"
+
+
 def profile_names(path: Path = PROFILES_PATH) -> list[str]:
     """Names of the serve profiles, in file order."""
     return list(_read_profiles(path))

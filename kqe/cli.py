@@ -117,6 +117,7 @@ def main(verbose: bool) -> None:
 @click.option("--concurrency", default=8, show_default=True, help="Scoring requests in flight.")
 def eval_command(**options: Any) -> None:
     """Calibrate, quantize, serve each checkpoint under one profile, score, compare with bf16, rank."""
+    from evals.leaderboard import read_leaderboard
     from kqe.pipeline import EvalConfig, run_eval
 
     def action() -> None:
@@ -129,6 +130,12 @@ def eval_command(**options: Any) -> None:
             board = run_eval(cfg, Workspace.from_env(), _ProgressDisplay(progress))
         click.echo(board.read_text(encoding="utf-8"), nl=False)
         console.print(f"leaderboard: {board}", highlight=False)
+        failed = [row.checkpoint for row in read_leaderboard(board) if row.status != "ok"]
+        if failed:
+            raise UserError(
+                f"{len(failed)} checkpoint(s) failed ({', '.join(failed)}): the status column of {board} "
+                "says why and what to try; the other rows are complete"
+            )
 
     _run_guarded(action)
 

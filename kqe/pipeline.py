@@ -13,9 +13,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from importlib import metadata
 from pathlib import Path
 
-from evals import leaderboard, prompts, score, serve, stats
+from evals import doctor, leaderboard, prompts, score, serve, stats
 from kqe.errors import UserError
 from kqe.io import read_jsonl, read_record, write_record
 from kqe.modelstore import model_dir
@@ -119,6 +120,7 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:
     started = time.perf_counter()
     matrix = _prepare(cfg, ws, progress)
     profile_label = f"{matrix.profile.name}:{matrix.profile.key}"
+    engine = {"vllm": serve.engine_version(ws), "lm-eval": metadata.version("lm_eval")}
     rows: list[LeaderboardRow] = []
     checkpoints: list[Checkpoint] = []
     failures: dict[str, str] = {}
@@ -142,7 +144,7 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:
         calib_name = matrix.calib.name if needs_calib and matrix.calib else "none"
         rows.append(
             leaderboard.build_row(
-                ckpt, calib_name, status, runs, comparisons, memory, profile_label, cfg.command()
+                ckpt, calib_name, status, runs, comparisons, memory, profile_label, cfg.command(), engine
             )
         )
         checkpoints.append(ckpt)
@@ -199,24 +201,34 @@ def _score_checkpoint(matrix: _Matrix, ckpt: Checkpoint) -> tuple[dict[str, Scor
         return runs, read_record(memory_path, MemoryReport)
     log_path = matrix.out / "logs" / f"{ckpt.name}.{stage_key}.log"
     matrix.progress(f"serve {ckpt.name}", 0, 1)
-    with serve.VllmServer(Path(ckpt.path), ckpt.name, profile, matrix.ws, log_path) as server:
-        matrix.progress(f"serve {ckpt.name}", 1, 1)
-        memory = server.memory()
-        write_record(memory_path, memory)
-        for task, prompts in matrix.prompts.items():
-            if task in runs:
-                continue
-            runs[task] = score.score_task(
-                prompts,
-                Path(ckpt.path),
-                server.base_url,
-                server.api_key,
-                server.served_name,
-                matrix.out / "items" / ckpt.name / f"{task}.{task_keys[task]}.jsonl",
-                ckpt.name,
-                profile.key,
-                concurrency=matrix.cfg.concurrency,
-                progress=partial(matrix.progress, f"score {ckpt.name} {task}"),
-            )
-            write_record(run_paths[task], runs[task])
+    try:
+        with serve.VllmServer(Path(ckpt.path), ckpt.name, profile, matrix.ws, log_path) as server:
+            matrix.progress(f"serve {ckpt.name}", 1, 1)
+            memory = server.memory()
+            write_record(memory_path, memory)
+            for task, task_prompts in matrix.prompts.items():
+                if task not in runs:
+                    items_path = matrix.out / "items" / ckpt.name / f"{task}.{task_keys[task]}.jsonl"
+                    runs[task] = _score_task(matrix, ckpt, server, task_prompts, items_path)
+                    write_record(run_paths[task], runs[task])
+    except serve.ServeError as exc:  # the engine would not start: say which OOM pattern, if any
+        verdict = doctor.diagnose(log_path.read_text(errors="replace"), profile).summary
+        raise serve.ServeError(f"{exc}; doctor: {verdict}") from None
     return runs, memory
+
+
+def _score_task(
+    matrix: _Matrix, ckpt: Checkpoint, server: serve.VllmServer, items: list[prompts.PromptItem], out: Path
+) -> ScoreRun:
+    return score.score_task(
+        items,
+        Path(ckpt.path),
+        server.base_url,
+        server.api_key,
+        server.served_name,
+        out,
+        ckpt.name,
+        matrix.profile.key,
+        concurrency=matrix.cfg.concurrency,
+        progress=partial(matrix.progress, f"score {ckpt.name} {items[0].task}"),
+    )

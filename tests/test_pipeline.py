@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,24 @@ def test_eval_builds_serves_scores_ranks_and_resumes(tiny_model_dir: Path, works
     again = run_eval(cfg, workspace, lambda what, done, total: stages.append(what))
     assert not any(stage.startswith("serve ") for stage in stages)
     assert again.read_text() == first
+
+
+@pytest.mark.slow
+@needs_serve_env
+def test_a_checkpoint_the_engine_cannot_load_gets_a_failed_row(
+    tiny_model_dir: Path, workspace: Workspace, tmp_path: Path
+) -> None:
+    write_sources(workspace)
+    broken = tmp_path / "broken-llama"
+    shutil.copytree(tiny_model_dir, broken)
+    config = json.loads((broken / "config.json").read_text())
+    (broken / "config.json").write_text(json.dumps(config | {"architectures": ["NotARealModelForCausalLM"]}))
+    cfg = EvalConfig(model=str(broken), schemes=("bf16",), limit=8, profile="cpu-ci")
+
+    board = run_eval(cfg, workspace, lambda what, done, total: None)
+
+    [row] = read_leaderboard(board)
+    assert row.status.startswith("failed: ")
+    assert "NotARealModelForCausalLM" in row.status and "doctor: not an OOM" in row.status
+    assert "\n" not in row.status and row.kmmlu_acc is None
+    assert "bf16" in read_record(board.parent / "run.json", RunSummary).failures
