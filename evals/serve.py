@@ -118,8 +118,14 @@ def vllm_command(
     ]  # fmt: skip
     if profile.enforce_eager:
         command.append("--enforce-eager")
+    if profile.tensor_parallel_size != 1:
+        command += ["--tensor-parallel-size", str(profile.tensor_parallel_size)]
+    if profile.kv_cache_dtype != "auto":
+        command += ["--kv-cache-dtype", profile.kv_cache_dtype]
     if on_gpu:
         command += ["--gpu-memory-utilization", str(profile.gpu_memory_utilization)]
+        if profile.gpu_kv_cache_gib is not None:
+            command += ["--kv-cache-memory-bytes", str(round(profile.gpu_kv_cache_gib * _GiB))]
     else:
         # VLLM_CPU_KVCACHE_SPACE only takes whole GiB (vLLM 0.32 parses it with int()); bytes are exact
         command += ["--kv-cache-memory-bytes", str(round(profile.cpu_kv_cache_gib * _GiB))]

@@ -164,6 +164,13 @@ class ServeProfile(Record):
     """`--enforce-eager`: no CUDA graphs (GPU only: frees 0.5–1 GB, costs 5–10% throughput)."""
     gpu_memory_utilization: float = 0.9
     """`--gpu-memory-utilization` on GPU builds."""
+    gpu_kv_cache_gib: float | None = None
+    """Fixed KV pool on GPU builds (`--kv-cache-memory-bytes`): the same KV cache for every checkpoint
+    instead of the same utilization; None lets the utilization decide."""
+    tensor_parallel_size: int = 1
+    """`--tensor-parallel-size`: GPUs one model is split over (must suit the attention heads)."""
+    kv_cache_dtype: str = "auto"
+    """`--kv-cache-dtype`: `auto` (the model dtype) or `fp8` (half the KV bytes per token)."""
     cpu_kv_cache_gib: float = 1.0
     """KV cache size on CPU builds (`VLLM_CPU_KVCACHE_SPACE`, GiB)."""
     max_logprobs: int = 20

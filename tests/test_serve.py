@@ -350,3 +350,18 @@ def test_a_killed_parent_leaves_no_server(
     pidfile = log_path.with_suffix(".pid")
     assert pidfile.exists() == (parent_signal == signal.SIGKILL)
     assert kill_stale_server(pidfile) is False and not pidfile.exists()
+
+
+def test_gpu_command_carries_tp_kv_dtype_and_fixed_kv_pool() -> None:
+    profile = load_profile("rtx4090-same-kv").model_copy(
+        update={"tensor_parallel_size": 2, "kv_cache_dtype": "fp8"}
+    )
+    command = vllm_command(VLLM_BIN, Path("/models/x"), "awq", profile, 8123, on_gpu=True)
+    assert flag_value(command, "--tensor-parallel-size") == "2"
+    assert flag_value(command, "--kv-cache-dtype") == "fp8"
+    assert flag_value(command, "--gpu-memory-utilization") == "0.92"
+    assert flag_value(command, "--kv-cache-memory-bytes") == str(8 * GiB)
+    defaults = vllm_command(
+        VLLM_BIN, Path("/models/x"), "awq", load_profile("rtx4090-16k"), 8123, on_gpu=True
+    )
+    assert "--tensor-parallel-size" not in defaults and "--kv-cache-memory-bytes" not in defaults
