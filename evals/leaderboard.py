@@ -61,6 +61,7 @@ def build_row(
     serve_profile: str,
     command: str,
     engine_versions: dict[str, str] | None = None,
+    base_memory: MemoryReport | None = None,
 ) -> LeaderboardRow:
     """Assemble a row from a checkpoint's records; missing stages leave empty cells."""
     cells: dict = {name: None for name in COLUMNS}
@@ -77,6 +78,7 @@ def build_row(
         calibration=calibration,
         status=status,
         weights_gib=memory.weights_gib if memory else None,
+        **_saving(base_memory, memory),
         kv_cache_gib=memory.kv_cache_gib if memory else None,
         kv_cache_tokens=memory.kv_cache_tokens if memory else None,
         max_concurrency=memory.max_concurrency if memory else None,
@@ -88,6 +90,15 @@ def build_row(
         command=command,
     )
     return LeaderboardRow(**cells)
+
+
+def _saving(base: MemoryReport | None, memory: MemoryReport | None) -> dict[str, float | None]:
+    if not (base and memory and base.weights_gib and memory.weights_gib):
+        return {"weights_saving_gib": None, "weights_saving_x": None}
+    return {
+        "weights_saving_gib": round(base.weights_gib - memory.weights_gib, 3),
+        "weights_saving_x": round(base.weights_gib / memory.weights_gib, 3),
+    }
 
 
 def _cell(value: object) -> str:

@@ -119,8 +119,6 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:
     """Run the whole matrix; write the leaderboard and `run.json` beside it; return the leaderboard path."""
     started = time.perf_counter()
     matrix = _prepare(cfg, ws, progress)
-    profile_label = f"{matrix.profile.name}:{matrix.profile.key}"
-    engine = {"vllm": serve.engine_version(ws), "lm-eval": metadata.version("lm_eval")}
     rows: list[LeaderboardRow] = []
     checkpoints: list[Checkpoint] = []
     failures: dict[str, str] = {}
@@ -130,28 +128,22 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:
     base_items: dict[str, list[ItemResult]] = {}
     for name, recipe in matrix.recipes.items():
         status, ckpt, runs, memory = _evaluate_checkpoint(matrix, name, recipe)
-        items = {task: read_jsonl(Path(run.items_path), ItemResult) for task, run in runs.items()}
-        if name == BASE:
-            base_items = items
         if status != "ok":
             log.error("%s: %s", name, status)
             failures[name] = status
+        if memory is not None:
+            memories[name] = memory
+        items = {task: read_jsonl(Path(run.items_path), ItemResult) for task, run in runs.items()}
+        if name == BASE:
+            base_items = items
         if ckpt is None:
             continue
         # every task both hold; Holm across the tasks; the Korean task carries its gap to English
         comparisons = stats.compare_tasks(BASE, name, base_items, items)
-        needs_calib = matrix.calib is not None and schemes.SCHEMES[name].needs_calibration
-        calib_name = matrix.calib.name if needs_calib and matrix.calib else "none"
-        rows.append(
-            leaderboard.build_row(
-                ckpt, calib_name, status, runs, comparisons, memory, profile_label, cfg.command(), engine
-            )
-        )
+        rows.append(_row(matrix, ckpt, status, runs, comparisons, memory, memories.get(BASE)))
         checkpoints.append(ckpt)
         all_runs += runs.values()
         all_comparisons += comparisons.values()
-        if memory is not None:
-            memories[name] = memory
     if not rows:
         raise UserError(f"no checkpoint of {matrix.model} could be built: see the errors above")
     board = matrix.out / "leaderboard.csv"
@@ -163,6 +155,25 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:
     )  # fmt: skip
     write_record(matrix.out / "run.json", summary)
     return board
+
+
+def _row(
+    matrix: _Matrix,
+    ckpt: Checkpoint,
+    status: str,
+    runs: dict[str, ScoreRun],
+    comparisons: dict[str, Comparison],
+    memory: MemoryReport | None,
+    base_memory: MemoryReport | None,
+) -> LeaderboardRow:
+    needs_calib = matrix.calib is not None and schemes.SCHEMES[ckpt.name].needs_calibration
+    calib_name = matrix.calib.name if needs_calib and matrix.calib else "none"
+    profile = f"{matrix.profile.name}:{matrix.profile.key}"
+    engine = {"vllm": serve.engine_version(matrix.ws), "lm-eval": metadata.version("lm_eval")}
+    command = matrix.cfg.command()
+    return leaderboard.build_row(
+        ckpt, calib_name, status, runs, comparisons, memory, profile, command, engine, base_memory
+    )
 
 
 def _evaluate_checkpoint(

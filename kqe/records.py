@@ -391,6 +391,10 @@ class LeaderboardRow(Record):
     """Upper end of the 95% CI of ko_en_gap."""
     weights_gib: float | None
     """Weights memory vLLM reported."""
+    weights_saving_gib: float | None
+    """Weights memory saved against the base checkpoint, GiB."""
+    weights_saving_x: float | None
+    """Base weights memory divided by this checkpoint's (2.0 = half the memory)."""
     kv_cache_gib: float | None
     """KV cache memory vLLM reserved."""
     kv_cache_tokens: int | None
