@@ -16,8 +16,11 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from kqe.commands.choose import choose_command
+from kqe.commands.diff import diff_command
 from kqe.commands.doctor import doctor_command
 from kqe.commands.plan import plan_command
+from kqe.commands.report import report_command
 from kqe.errors import UserError
 from kqe.workspace import Workspace
 
@@ -48,6 +51,9 @@ def _run_guarded(action: Callable[[], None]) -> None:
     except UserError as exc:
         console.print(f"[bold red]kqe: error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)
+    except BrokenPipeError:  # `kqe … | head`: the reader left; nothing to report
+        sys.stderr.close()
+        sys.exit(0)
     except KeyboardInterrupt:
         console.print("kqe: interrupted; finished results are kept, re-run to resume", highlight=False)
         sys.exit(130)
@@ -191,8 +197,8 @@ def compare_command(base_items: Path, cand_items: Path, margin: float, as_json: 
     _run_guarded(action)
 
 
-main.add_command(plan_command)
-main.add_command(doctor_command)
+for command in (plan_command, doctor_command, choose_command, diff_command, report_command):
+    main.add_command(command)
 
 if __name__ == "__main__":
     main()

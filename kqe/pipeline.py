@@ -16,7 +16,7 @@ from functools import partial
 from importlib import metadata
 from pathlib import Path
 
-from evals import doctor, leaderboard, prompts, score, serve, stats
+from evals import doctor, leaderboard, prompts, report, score, serve, stats
 from kqe.errors import UserError
 from kqe.io import read_jsonl, read_record, write_record
 from kqe.modelstore import model_dir
@@ -138,8 +138,9 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:
             base_items = items
         if ckpt is None:
             continue
-        # every task both hold; Holm across the tasks; the Korean task carries its gap to English
-        comparisons = stats.compare_tasks(BASE, name, base_items, items)
+        # every task both hold; Holm across the tasks; the Korean task carries its gap to English.
+        # The base is not compared with itself: its row keeps the Δ columns empty.
+        comparisons = {} if name == BASE else stats.compare_tasks(BASE, name, base_items, items)
         rows.append(_row(matrix, ckpt, status, runs, comparisons, memory, memories.get(BASE)))
         checkpoints.append(ckpt)
         all_runs += runs.values()
@@ -154,6 +155,7 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:
         score_runs=all_runs, comparisons=all_comparisons, memory=memories,
     )  # fmt: skip
     write_record(matrix.out / "run.json", summary)
+    report.write_report(board)
     return board
 
 

