@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 from pathlib import Path
 from statistics import median
 from typing import get_args
@@ -18,6 +19,8 @@ from kqe.records import (
     MemoryReport,
     ScoreRun,
 )
+
+log = logging.getLogger(__name__)
 
 COLUMNS = list(LeaderboardRow.model_fields)
 TASK_COLUMNS = {"kmmlu_hard": "kmmlu", "mmlu": "mmlu"}
@@ -150,3 +153,20 @@ def _parse_cell(name: str, text: str) -> str | None:
     if text.startswith("'") and text[1:].startswith(_FORMULA_START):
         return text[1:]
     return text
+
+
+def write_aggregate(results_dir: Path) -> Path:
+    """`results/leaderboard.csv`: the rows of every model's leaderboard of this schema version.
+
+    A model whose leaderboard has another schema version is left out with a warning, so one stale run
+    does not block the others; re-running `make eval` for it brings it back.
+    """
+    rows: list[LeaderboardRow] = []
+    for board in sorted(results_dir.glob("*/leaderboard.csv")):
+        try:
+            rows += read_leaderboard(board)
+        except UserError as exc:
+            log.warning("left out of the aggregate: %s", exc)
+    path = results_dir / "leaderboard.csv"
+    write_leaderboard(path, rows)
+    return path

@@ -156,6 +156,7 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:
     )  # fmt: skip
     write_record(matrix.out / "run.json", summary)
     report.write_report(board)
+    leaderboard.write_aggregate(matrix.out.parent)
     return board
 
 

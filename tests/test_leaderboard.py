@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.leaderboard import COLUMNS, build_row, read_leaderboard, write_leaderboard
+from evals.leaderboard import COLUMNS, build_row, read_leaderboard, write_aggregate, write_leaderboard
 from kqe.errors import UserError
 from kqe.records import Checkpoint, Comparison, MemoryReport, ScoreRun
 
@@ -84,3 +84,17 @@ def test_empty_leaderboard_is_an_error(tmp_path: Path) -> None:
     path.write_text(",".join(COLUMNS) + "\n")
     with pytest.raises(UserError, match="has no rows"):
         read_leaderboard(path)
+
+
+def test_aggregate_holds_every_model_of_this_schema(tmp_path: Path) -> None:
+    write_leaderboard(tmp_path / "model-a" / "leaderboard.csv", [sample_row()])
+    write_leaderboard(tmp_path / "model-b" / "leaderboard.csv", [sample_row(), sample_row()])
+    stale = tmp_path / "model-c" / "leaderboard.csv"
+    write_leaderboard(stale, [sample_row()])
+    lines = stale.read_text().splitlines()
+    stale.write_text("\n".join([lines[0], "1" + lines[1][1:]]) + "\n")
+
+    aggregate = write_aggregate(tmp_path)
+
+    assert aggregate == tmp_path / "leaderboard.csv"
+    assert len(read_leaderboard(aggregate)) == 3
