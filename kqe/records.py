@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
+from importlib import metadata
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -31,6 +33,17 @@ def content_hash(*parts: BaseModel | str | dict | list, length: int = 12) -> str
         value = part.model_dump(mode="json") if isinstance(part, BaseModel) else part
         digest.update(json.dumps(value, sort_keys=True, ensure_ascii=False).encode())
     return digest.hexdigest()[:length]
+
+
+def package_versions(names: Iterable[str]) -> dict[str, str]:
+    """Installed versions of `names` (`missing` when absent), recorded with everything built."""
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "missing"
+    return versions
 
 
 class ModelSpec(Record):

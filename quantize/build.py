@@ -8,7 +8,6 @@ a folder with that name is complete. A leftover `.tmp` folder (a killed build) i
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import logging
 import os
@@ -22,7 +21,7 @@ from pathlib import Path
 
 from kqe.errors import UserError
 from kqe.io import read_record, write_atomic, write_record
-from kqe.records import CalibrationSet, Checkpoint, content_hash
+from kqe.records import CalibrationSet, Checkpoint, content_hash, package_versions
 from kqe.workspace import Workspace
 from quantize._oneshot import REPORT_NAME, OneshotJob
 from quantize.calibration import tokenizer_hash
@@ -59,7 +58,7 @@ def build_checkpoint(
     calib = calibration if info.needs_calibration else None
     if info.needs_calibration and calib is None:
         raise UserError(f"{scheme} needs a calibration set: pass --calibration (e.g. ko70)")
-    versions = package_versions()
+    versions = package_versions(PACKAGES)
     key = content_hash(
         {
             "model": model,
@@ -76,16 +75,6 @@ def build_checkpoint(
     if info.checkpoint_format is None:
         return _base_checkpoint(ws, model, base_dir, recipe, key, versions)
     return _quantized_checkpoint(ws, model, base_dir, info, recipe, calib, key, versions, progress)
-
-
-def package_versions() -> dict[str, str]:
-    versions = {}
-    for name in PACKAGES:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = "missing"
-    return versions
 
 
 def weight_files(directory: Path) -> list[Path]:
