@@ -19,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from kqe.commands.choose import choose_command
 from kqe.commands.diff import diff_command
 from kqe.commands.doctor import doctor_command
+from kqe.commands.load import load_command
 from kqe.commands.plan import plan_command
 from kqe.commands.report import report_command
 from kqe.errors import UserError
@@ -197,7 +198,7 @@ def compare_command(base_items: Path, cand_items: Path, margin: float, as_json: 
     _run_guarded(action)
 
 
-for command in (plan_command, doctor_command, choose_command, diff_command, report_command):
+for command in (plan_command, doctor_command, load_command, choose_command, diff_command, report_command):
     main.add_command(command)
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ def test_compare_rejects_a_file_of_another_format(tmp_path: Path) -> None:
 def test_help_explains_every_command(tmp_path: Path) -> None:
     top = run_kqe("--help", cwd=tmp_path, home=tmp_path)
     assert top.returncode == 0 and "leaderboard" in top.stdout
-    for command in ("eval", "models", "compare", "plan", "doctor", "choose", "diff", "report"):
+    for command in ("eval", "models", "compare", "plan", "doctor", "load", "choose", "diff", "report"):
         result = run_kqe(command, "--help", cwd=tmp_path, home=tmp_path)
         assert result.returncode == 0 and "Usage:" in result.stdout
 
