@@ -166,9 +166,13 @@ def _memory(row: LeaderboardRow, target: Target) -> Memory:
 
 
 def _task_cells(row: LeaderboardRow, prefix: str) -> dict:
-    return {
+    cells = {
         name: getattr(row, f"{prefix}_{name}") for name in ("acc", "delta", "ci_low", "ci_high", "verdict")
     }
+    if row.scheme == BASE_SCHEME and cells["acc"] is not None:
+        # the leaderboard leaves the base's Δ empty: it is the reference, nothing lost by definition
+        cells.update(delta=0.0, ci_low=0.0, ci_high=0.0)
+    return cells
 
 
 def _describe_delta(label: str, delta: float | None, low: float | None, high: float | None) -> str:

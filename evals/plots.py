@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-TASKS = {"kmmlu": "KMMLU", "mmlu": "MMLU"}
+TASKS = {"kmmlu": "KMMLU-HARD", "mmlu": "MMLU"}  # offline KMMLU is the 225 KMMLU-HARD dev items
 """Leaderboard column prefix → label."""
 TASK_STYLE = {"kmmlu": ("tab:red", "o"), "mmlu": ("tab:blue", "s")}
 MARGIN_POINTS = 1.0

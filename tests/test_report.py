@@ -104,7 +104,7 @@ def test_model_card_carries_recipe_calibration_scores_and_caveats(board: Path) -
     assert card.startswith("---\nbase_model: google/gemma-3-270m\n")
     assert '`{"group_size": 128}`' in card
     assert f"`{'c' * 64}`" in card and "70% ko, 30% en" in card
-    assert "| KMMLU |" in card and "-2.0 [-6.0, +2.0]" in card
+    assert "| KMMLU-HARD |" in card and "-2.0 [-6.0, +2.0]" in card
     assert "cannot be told from noise" in card
     fp8 = (board.parent / "cards" / "fp8-dynamic.md").read_text()
     assert "none (the scheme needs no calibration data)" in fp8
