@@ -5,6 +5,7 @@ CALIB ?= ko70
 TASKS ?= kmmlu_hard,mmlu
 LIMIT ?= 300
 PROFILE ?= cpu-small
+EVAL_FLAGS ?=
 KQE ?= .venv/bin/kqe
 
 .PHONY: setup eval test test-fast lint bench
@@ -17,7 +18,7 @@ $(KQE):
 
 eval: $(KQE)
 	$(KQE) eval --model '$(MODEL)' --schemes '$(SCHEMES)' --calibration '$(CALIB)' \
-	  --tasks '$(TASKS)' --limit '$(LIMIT)' --profile '$(PROFILE)'
+	  --tasks '$(TASKS)' --limit '$(LIMIT)' --profile '$(PROFILE)' $(EVAL_FLAGS)
 
 test: $(KQE)
 	.venv/bin/python -m pytest -q

@@ -9,6 +9,7 @@ from pathlib import Path
 from statistics import median
 from typing import get_args
 
+from evals.load import LoadReport
 from kqe.errors import UserError
 from kqe.io import write_atomic
 from kqe.records import (
@@ -65,6 +66,7 @@ def build_row(
     command: str,
     engine_versions: dict[str, str] | None = None,
     base_memory: MemoryReport | None = None,
+    capacity: LoadReport | None = None,
 ) -> LeaderboardRow:
     """Assemble a row from a checkpoint's records; missing stages leave empty cells."""
     cells: dict = {name: None for name in COLUMNS}
@@ -82,6 +84,7 @@ def build_row(
         status=status,
         weights_gib=memory.weights_gib if memory else None,
         **_saving(base_memory, memory),
+        **_capacity(capacity),
         kv_cache_gib=memory.kv_cache_gib if memory else None,
         kv_cache_tokens=memory.kv_cache_tokens if memory else None,
         max_concurrency=memory.max_concurrency if memory else None,
@@ -101,6 +104,16 @@ def _saving(base: MemoryReport | None, memory: MemoryReport | None) -> dict[str,
     return {
         "weights_saving_gib": round(base.weights_gib - memory.weights_gib, 3),
         "weights_saving_x": round(base.weights_gib / memory.weights_gib, 3),
+    }
+
+
+def _capacity(report: LoadReport | None) -> dict[str, float | int | None]:
+    level = report.levels[-1] if report and report.levels else None
+    return {
+        "load_concurrency": level.concurrency if level else None,
+        "load_output_tokens_per_s": level.output_tokens_per_s if level else None,
+        "load_ttft_p95_s": level.ttft_p95_s if level else None,
+        "load_preemptions": level.preemptions if level else None,
     }
 
 

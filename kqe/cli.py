@@ -122,6 +122,13 @@ def main(verbose: bool) -> None:
 @click.option("--profile", default="cpu-small", show_default=True, help="Serve profile for every checkpoint.")
 @click.option("--seed", default=1234, show_default=True, help="Seed of calibration and item sampling.")
 @click.option("--concurrency", default=8, show_default=True, help="Scoring requests in flight.")
+@click.option(
+    "--load/--no-load",
+    default=False,
+    show_default=True,
+    help="Also measure serving capacity of each checkpoint at the profile's max-num-seqs (kqe load).",
+)
+@click.option("--load-duration-s", default=30.0, show_default=True, help="Seconds of load per checkpoint.")
 def eval_command(**options: Any) -> None:
     """Calibrate, quantize, serve each checkpoint under one profile, score, compare with bf16, rank."""
     from evals.leaderboard import read_leaderboard

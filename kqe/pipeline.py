@@ -16,7 +16,7 @@ from functools import partial
 from importlib import metadata
 from pathlib import Path
 
-from evals import doctor, leaderboard, prompts, report, score, serve, stats
+from evals import doctor, leaderboard, load, prompts, rag_prompts, report, score, serve, stats
 from kqe.errors import UserError
 from kqe.io import read_jsonl, read_record, write_record
 from kqe.modelstore import model_dir
@@ -68,12 +68,18 @@ class EvalConfig(Record):
     """Seed of calibration sampling and item sampling."""
     concurrency: int = 8
     """Scoring requests in flight."""
+    load: bool = False
+    """Also measure serving capacity (`kqe load` at the profile's max-num-seqs) of every checkpoint."""
+    load_duration_s: float = 30.0
+    """Seconds of load per checkpoint when `load` is on."""
 
     def command(self) -> str:
         parts = ["kqe", "eval", "--model", self.model, "--schemes", ",".join(self.schemes)]
         parts += ["--calibration", self.calibration, "--calib-samples", str(self.calib_samples)]
         parts += ["--calib-seq-len", str(self.calib_seq_len), "--tasks", ",".join(self.tasks)]
         parts += ["--limit", str(self.limit or 0), "--profile", self.profile, "--seed", str(self.seed)]
+        if self.load:
+            parts += ["--load", "--load-duration-s", f"{self.load_duration_s:g}"]
         return shlex.join(parts)
 
 
@@ -174,8 +180,10 @@ def _row(
     profile = f"{matrix.profile.name}:{matrix.profile.key}"
     engine = {"vllm": serve.engine_version(matrix.ws), "lm-eval": metadata.version("lm_eval")}
     command = matrix.cfg.command()
+    load_path = _load_path(matrix, ckpt)
+    capacity = read_record(load_path, load.LoadReport) if load_path.exists() else None
     return leaderboard.build_row(
-        ckpt, calib_name, status, runs, comparisons, memory, profile, command, engine, base_memory
+        ckpt, calib_name, status, runs, comparisons, memory, profile, command, engine, base_memory, capacity
     )
 
 
@@ -210,7 +218,9 @@ def _score_checkpoint(matrix: _Matrix, ckpt: Checkpoint) -> tuple[dict[str, Scor
     run_paths = {task: stages / f"{ckpt.name}.{task}.{key}.score.json" for task, key in task_keys.items()}
     runs = {task: read_record(path, ScoreRun) for task, path in run_paths.items() if path.exists()}
     runs = {task: run for task, run in runs.items() if Path(run.items_path).exists()}
-    if memory_path.exists() and len(runs) == len(run_paths):
+    load_path = _load_path(matrix, ckpt)
+    load_done = not matrix.cfg.load or load_path.exists()
+    if memory_path.exists() and len(runs) == len(run_paths) and load_done:
         log.info("%s: every task already scored, no server needed", ckpt.name)
         return runs, read_record(memory_path, MemoryReport)
     log_path = matrix.out / "logs" / f"{ckpt.name}.{stage_key}.log"
@@ -225,10 +235,33 @@ def _score_checkpoint(matrix: _Matrix, ckpt: Checkpoint) -> tuple[dict[str, Scor
                     items_path = matrix.out / "items" / ckpt.name / f"{task}.{task_keys[task]}.jsonl"
                     runs[task] = _score_task(matrix, ckpt, server, task_prompts, items_path)
                     write_record(run_paths[task], runs[task])
+            if not load_done:
+                write_record(load_path, _measure_load(matrix, ckpt, server))
     except serve.ServeError as exc:  # the engine would not start: say which OOM pattern, if any
         verdict = doctor.diagnose(log_path.read_text(errors="replace"), profile).summary
         raise serve.ServeError(f"{exc}; doctor: {verdict}") from None
     return runs, memory
+
+
+def _load_path(matrix: _Matrix, ckpt: Checkpoint) -> Path:
+    return matrix.out / "stages" / f"{ckpt.name}.{content_hash(ckpt.key, matrix.profile.key)}.load.json"
+
+
+def _measure_load(matrix: _Matrix, ckpt: Checkpoint, server: serve.VllmServer) -> load.LoadReport:
+    """Serving capacity at the profile's max-num-seqs with long Korean RAG prompts (`kqe load`)."""
+    profile = matrix.profile
+    settings = load.LoadSettings(
+        concurrency=(profile.max_num_seqs,), duration_s=matrix.cfg.load_duration_s,
+        prompt_tokens=min(1500, profile.max_model_len - 65), max_tokens=64, seed=matrix.cfg.seed,
+    )  # fmt: skip
+    korean = sorted((matrix.ws.sources() / "ko").rglob("*.txt"))
+    texts = {path.name: path.read_text(encoding="utf-8") for path in korean}
+    rag = rag_prompts.rag_prompts(Path(ckpt.path), texts, settings.seed, shared_prefix=False)
+    target = load.Target(server.base_url, server.api_key, server.served_name)
+    matrix.progress(f"load {ckpt.name}", 0, 1)
+    report = load.run_load(target, rag, settings, profile)
+    matrix.progress(f"load {ckpt.name}", 1, 1)
+    return report
 
 
 def _score_task(

@@ -414,6 +414,14 @@ class LeaderboardRow(Record):
     """Tokens the KV cache holds."""
     max_concurrency: float | None
     """Requests of max-model-len tokens served at once."""
+    load_concurrency: int | None
+    """Requests in flight during the capacity measurement (the profile's max-num-seqs), if measured."""
+    load_output_tokens_per_s: float | None
+    """Output tokens/s under that load with long Korean RAG prompts."""
+    load_ttft_p95_s: float | None
+    """95th percentile time to first token under that load, seconds."""
+    load_preemptions: int | None
+    """Requests vLLM preempted under that load (KV cache exhausted: OOM pattern B)."""
     disk_gib: float | None
     """Checkpoint size on disk."""
     items_per_s: float | None

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from evals.leaderboard import read_leaderboard
+from evals.serve import load_profile
 from evals.stats import compare
 from kqe.io import read_jsonl, read_record
 from kqe.pipeline import EvalConfig, run_eval
@@ -107,3 +108,22 @@ def test_a_checkpoint_the_engine_cannot_load_gets_a_failed_row(
     assert "NotARealModelForCausalLM" in row.status and "doctor: not an OOM" in row.status
     assert "\n" not in row.status and row.kmmlu_acc is None
     assert "bf16" in read_record(board.parent / "run.json", RunSummary).failures
+
+
+@pytest.mark.slow
+@needs_serve_env
+def test_load_stage_puts_capacity_in_the_row(tiny_model_dir: Path, workspace: Workspace) -> None:
+    write_sources(workspace)
+    cfg = EvalConfig(
+        model=str(tiny_model_dir), schemes=("bf16",), limit=8, profile="cpu-ci", load=True, load_duration_s=3,
+    )  # fmt: skip
+    stages: list[str] = []
+    [row] = read_leaderboard(run_eval(cfg, workspace, lambda what, done, total: stages.append(what)))
+    assert row.status == "ok" and row.load_concurrency == load_profile("cpu-ci").max_num_seqs
+    assert row.load_output_tokens_per_s and row.load_output_tokens_per_s > 0
+    assert row.load_ttft_p95_s and row.load_ttft_p95_s > 0 and row.load_preemptions is not None
+    assert "--load" in row.command and "load bf16" in stages
+
+    stages.clear()
+    run_eval(cfg, workspace, lambda what, done, total: stages.append(what))
+    assert not any(stage.startswith(("serve ", "load ")) for stage in stages)
