@@ -117,6 +117,8 @@ def pareto_figure(rows: Sequence[LeaderboardRow], run: RunSummary | None) -> Fig
 
 def _stagger(placed: list[tuple[float, LeaderboardRow]]) -> list[tuple[float, LeaderboardRow]]:
     """Checkpoints at the same x (same weights) moved apart a little so their bars stay readable."""
+    if not placed:  # e.g. every checkpoint failed: an empty panel, not a crash
+        return placed
     spread = (max(x for x, _ in placed) - min(x for x, _ in placed)) or 1.0
     seen: dict[float, int] = {}
     moved = []
