@@ -124,20 +124,23 @@ def main(verbose: bool) -> None:
 @click.option("--concurrency", default=8, show_default=True, help="Scoring requests in flight.")
 @click.option(
     "--load/--no-load",
-    default=False,
-    show_default=True,
-    help="Also measure serving capacity of each checkpoint at the profile's max-num-seqs (kqe load).",
+    default=None,
+    help="Also measure serving capacity of each checkpoint at the profile's max-num-seqs (kqe load). "
+    "Default: on with a GPU, off on CPU (slow there).",
 )
 @click.option("--load-duration-s", default=30.0, show_default=True, help="Seconds of load per checkpoint.")
 def eval_command(**options: Any) -> None:
     """Calibrate, quantize, serve each checkpoint under one profile, score, compare with bf16, rank."""
     from evals.leaderboard import read_leaderboard
+    from evals.processes import detect_gpu
     from kqe.pipeline import EvalConfig, run_eval
 
     def action() -> None:
         options.update(
             schemes=_split(options["schemes"]), tasks=_split(options["tasks"]), limit=options["limit"] or None
         )
+        if options["load"] is None:
+            options["load"] = detect_gpu()
         cfg = EvalConfig(**options)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console) as progress:
