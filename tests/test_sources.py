@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from kqe.errors import UserError
+from kqe.io import sha256_file
 from kqe.sources import (
     MANIFEST,
     extracts,
@@ -22,7 +23,6 @@ from kqe.sources import (
     find_archive,
     manifest_verifies,
     normalize_text,
-    sha256_file,
     source_paths,
 )
 from kqe.workspace import Workspace
