@@ -8,7 +8,7 @@ PROFILE ?= cpu-small
 EVAL_FLAGS ?=
 KQE ?= .venv/bin/kqe
 
-.PHONY: setup eval test test-fast lint bench
+.PHONY: setup eval test test-fast lint bench docs
 
 setup:
 	bash scripts/setup.sh
@@ -32,3 +32,7 @@ lint: $(KQE)
 # Benchmarks, not tests: statistics coverage/false-positive simulation and speed (writes results/bench/).
 bench: $(KQE)
 	.venv/bin/python -m bench.stats_bench
+
+# The leaderboard column table in README.md, generated from kqe/records.py:LeaderboardRow.
+docs: $(KQE)
+	.venv/bin/python scripts/readme_columns.py

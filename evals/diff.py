@@ -1,6 +1,10 @@
 """What changed between two leaderboards (pure core of `kqe diff`): rows matched on model +
 checkpoint (on checkpoint alone for two single-model leaderboards of different models), every cell
-that changed and by how much, verdicts that flipped, rows only on one side."""
+that changed and by how much, verdicts that flipped, rows only on one side.
+
+Rows left unmatched pair up by model + scheme when each side has exactly one of that scheme: two
+runs with different calibration mixes (`awq-w4a16-ko70` vs `awq-w4a16-en100`) compare cell by cell.
+The `date` column is not compared: every run has its own."""
 
 from __future__ import annotations
 
@@ -63,10 +67,15 @@ def diff(
     match_on: Literal["model+checkpoint", "checkpoint"] = "checkpoint" if two_models else "model+checkpoint"
     rows_a = {_key(r, match_on): r for r in a}
     rows_b = {_key(r, match_on): r for r in b}
-    skip = {"schema_version", "model"} if two_models else {"schema_version"}
+    pairs = {key: (rows_a[key], rows_b[key]) for key in rows_a if key in rows_b}
+    pairs |= _pairs_by_scheme(
+        [r for k, r in rows_a.items() if k not in rows_b], [r for k, r in rows_b.items() if k not in rows_a]
+    )
+    paired_a = {_key(row_a, match_on) for row_a, _ in pairs.values()}
+    paired_b = {_key(row_b, match_on) for _, row_b in pairs.values()}
+    skip = {"schema_version", "date", "model"} if two_models else {"schema_version", "date"}
     changed, unchanged = [], []
-    for key in (k for k in rows_a if k in rows_b):
-        row_a, row_b = rows_a[key], rows_b[key]
+    for key, (row_a, row_b) in pairs.items():
         changes = [
             _change(name, getattr(row_a, name), getattr(row_b, name)) for name in COLUMNS if name not in skip
         ]
@@ -81,9 +90,22 @@ def diff(
         changed.append(RowDiff(key=key, changes=changes, verdict_flips=flips))
     return LeaderboardDiff(
         a=a_name, b=b_name, match_on=match_on, models_a=models_a, models_b=models_b, changed=changed,
-        unchanged=unchanged, only_in_a=[k for k in rows_a if k not in rows_b],
-        only_in_b=[k for k in rows_b if k not in rows_a],
+        unchanged=unchanged, only_in_a=[k for k in rows_a if k not in paired_a],
+        only_in_b=[k for k in rows_b if k not in paired_b],
     )  # fmt: skip
+
+
+def _pairs_by_scheme(
+    a: Sequence[LeaderboardRow], b: Sequence[LeaderboardRow]
+) -> dict[str, tuple[LeaderboardRow, LeaderboardRow]]:
+    """Unmatched rows whose model + scheme is unique on both sides, keyed `<A checkpoint> ↔ <B one>`."""
+    pairs = {}
+    for row_a in a:
+        same_a = [r for r in a if (r.model, r.scheme) == (row_a.model, row_a.scheme)]
+        same_b = [r for r in b if (r.model, r.scheme) == (row_a.model, row_a.scheme)]
+        if len(same_a) == len(same_b) == 1:
+            pairs[f"{row_a.checkpoint} ↔ {same_b[0].checkpoint}"] = (row_a, same_b[0])
+    return pairs
 
 
 def _change(column: str, a: Cell, b: Cell) -> CellChange:

@@ -1,3 +1,5 @@
 """ko-quant-eval: what AWQ/FP8 costs a Korean LLM on vLLM, whether the loss is real, and what it buys."""
 
-__version__ = "0.1.0"
+from importlib import metadata
+
+__version__ = metadata.version("ko-quant-eval")

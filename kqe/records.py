@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class Record(BaseModel):
@@ -348,6 +348,10 @@ class LeaderboardRow(Record):
     """Calibration mix name, or `none`."""
     status: str
     """`ok`, or `failed: <why>` when the checkpoint could not be built, served or scored."""
+    suite_version: str
+    """Version of ko-quant-eval that wrote the row."""
+    date: str
+    """UTC date and time the row was written (ISO 8601, seconds)."""
     kmmlu_acc: float | None
     """KMMLU accuracy (micro average)."""
     kmmlu_delta: float | None
@@ -402,6 +406,30 @@ class LeaderboardRow(Record):
     """Lower end of the 95% CI of ko_en_gap."""
     ko_en_gap_ci_high: float | None
     """Upper end of the 95% CI of ko_en_gap."""
+    # calibration-effect columns
+    calib_effect_vs: str | None = None
+    """Checkpoint of the same scheme calibrated on another mix that this row is paired with
+    (`awq-w4a16-en100` for `awq-w4a16-ko70`); empty when the run has no such pair."""
+    kmmlu_calib_effect: float | None = None
+    """KMMLU accuracy of this checkpoint minus that of `calib_effect_vs`, same items (fraction)."""
+    kmmlu_calib_effect_ci_low: float | None = None
+    """Lower end of the 95% CI of kmmlu_calib_effect."""
+    kmmlu_calib_effect_ci_high: float | None = None
+    """Upper end of the 95% CI of kmmlu_calib_effect."""
+    kmmlu_calib_effect_p: float | None = None
+    """Exact McNemar p of kmmlu_calib_effect."""
+    kmmlu_calib_effect_mde: float | None = None
+    """Smallest KMMLU calibration effect these items detect with 80% power (fraction)."""
+    mmlu_calib_effect: float | None = None
+    """MMLU accuracy of this checkpoint minus that of `calib_effect_vs`, same items (fraction)."""
+    mmlu_calib_effect_ci_low: float | None = None
+    """Lower end of the 95% CI of mmlu_calib_effect."""
+    mmlu_calib_effect_ci_high: float | None = None
+    """Upper end of the 95% CI of mmlu_calib_effect."""
+    mmlu_calib_effect_p: float | None = None
+    """Exact McNemar p of mmlu_calib_effect."""
+    mmlu_calib_effect_mde: float | None = None
+    """Smallest MMLU calibration effect these items detect with 80% power (fraction)."""
     weights_gib: float | None
     """Weights memory vLLM reported."""
     weights_saving_gib: float | None

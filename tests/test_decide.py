@@ -15,7 +15,7 @@ from evals.serve import load_profile, profile_names
 from evals.vllm_memory import gpu_named, load_gpus
 from kqe.commands.choose import choose_command
 from kqe.commands.diff import diff_command, render
-from kqe.records import LeaderboardRow, MemoryReport, RunSummary
+from kqe.records import SCHEMA_VERSION, LeaderboardRow, MemoryReport, RunSummary
 from kqe.registry import load_registry
 
 NO_LOSS = "no loss detected within margin"
@@ -30,6 +30,7 @@ def row(
     values: dict[str, object] = {name: None for name in COLUMNS if name != "schema_version"}
     values.update(
         model="qwen2.5-14b", checkpoint=checkpoint, scheme=scheme, calibration="none", status="ok",
+        suite_version="0.2.0", date="2026-11-29T12:00:00+00:00",
         kmmlu_acc=0.5 + delta, kmmlu_delta=delta, kmmlu_ci_low=low, kmmlu_ci_high=high,
         kmmlu_verdict=NO_LOSS if low > -0.01 else INCONCLUSIVE, mmlu_acc=0.7, mmlu_delta=0.0,
         mmlu_ci_low=-0.004, mmlu_ci_high=0.004, mmlu_verdict=NO_LOSS, weights_gib=1.0, kv_cache_gib=1.0,
@@ -165,6 +166,21 @@ def test_diff_reports_a_flipped_verdict_and_rows_on_one_side() -> None:
     assert "VERDICT FLIPPED" in text and "-0.6 pts → -3.0 pts (-2.4 pts)" in text
 
 
+def test_diff_of_two_calibration_mixes_pairs_the_rows_of_one_scheme() -> None:
+    before = board()
+    ko70 = before[1].model_copy(update={"checkpoint": "awq-w4a16-ko70", "calibration": "ko70"})
+    en100 = ko70.model_copy(
+        update={"checkpoint": "awq-w4a16-en100", "calibration": "en100", "kmmlu_delta": -0.03,
+                "date": "2026-11-30T08:00:00+00:00"}
+    )  # fmt: skip
+    result = diff([before[0], ko70], [before[0], en100], "ko70.csv", "en100.csv")
+    [changed] = result.changed
+    assert changed.key == "awq-w4a16-ko70 ↔ awq-w4a16-en100"
+    assert {c.column for c in changed.changes} == {"checkpoint", "calibration", "kmmlu_delta"}
+    assert not result.only_in_a and not result.only_in_b
+    assert "(-2.4 pts)" in render(result)
+
+
 def test_diff_of_two_models_matches_on_checkpoint() -> None:
     other = [r.model_copy(update={"model": "qwen2.5-7b"}) for r in board()]
     result = diff(board(), other, "a.csv", "b.csv")
@@ -211,7 +227,7 @@ def test_unknown_gpu_is_one_line(board_csv: Path) -> None:
 
 def test_missing_columns_are_named_in_one_line(tmp_path: Path) -> None:
     path = tmp_path / "leaderboard.csv"
-    path.write_text("schema_version,model,checkpoint\n2,qwen2.5-14b,bf16\n")
+    path.write_text(f"schema_version,model,checkpoint\n{SCHEMA_VERSION},qwen2.5-14b,bf16\n")
     result = CliRunner().invoke(choose_command, ["--leaderboard", str(path), "--gpu", "rtx4090"])
     one_line_error(result, "lacks columns", "scheme", "status")
     one_line_error(CliRunner().invoke(diff_command, [str(path), str(path)]), "lacks columns", "scheme")

@@ -6,9 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from evals.leaderboard import COLUMNS, build_row, read_leaderboard, write_aggregate, write_leaderboard
+from evals.leaderboard import (
+    COLUMNS,
+    build_row,
+    column_table,
+    read_leaderboard,
+    replace_column_table,
+    write_aggregate,
+    write_leaderboard,
+)
 from kqe.errors import UserError
-from kqe.records import Checkpoint, Comparison, MemoryReport, ScoreRun
+from kqe.records import SCHEMA_VERSION, Checkpoint, Comparison, MemoryReport, ScoreRun
 
 
 def checkpoint(name: str = "awq-w4a16") -> Checkpoint:
@@ -68,7 +76,15 @@ def test_other_schema_version_is_a_clear_error(tmp_path: Path) -> None:
     lines = path.read_text().splitlines()
     lines[1] = "0" + lines[1][1:]
     path.write_text("\n".join(lines) + "\n")
-    with pytest.raises(UserError, match="schema version 0, this suite reads version 2"):
+    with pytest.raises(UserError, match=f"schema version 0, this suite reads version {SCHEMA_VERSION}"):
+        read_leaderboard(path)
+
+
+def test_leaderboard_of_the_previous_schema_is_a_clear_error() -> None:
+    """The committed gemma3-270m leaderboard as session 1's suite (schema 2) wrote it."""
+    path = Path(__file__).parent / "data" / "leaderboards" / "gemma3-270m-schema2.csv"
+    message = f"has schema version 2, this suite reads version {SCHEMA_VERSION}: re-run `make eval`"
+    with pytest.raises(UserError, match=message):
         read_leaderboard(path)
 
 
@@ -98,3 +114,11 @@ def test_aggregate_holds_every_model_of_this_schema(tmp_path: Path) -> None:
 
     assert aggregate == tmp_path / "leaderboard.csv"
     assert len(read_leaderboard(aggregate)) == 3
+
+
+def test_readme_column_table_is_the_schema() -> None:
+    """README.md documents every column the code writes; `make docs` regenerates the table."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    assert replace_column_table(readme, column_table()) == readme, "run `make docs`"
+    for name in COLUMNS:
+        assert f"| `{name}` |" in readme

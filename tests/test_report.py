@@ -32,6 +32,7 @@ def row(checkpoint: str, scheme: str, calibration: str, delta: float, weights: f
         )  # fmt: skip
     values.update(
         model="gemma3-270m", checkpoint=checkpoint, scheme=scheme, calibration=calibration, status="ok",
+        suite_version="0.2.0", date="2026-11-29T12:00:00+00:00",
         weights_gib=weights, kv_cache_gib=1.0, kv_cache_tokens=55356, max_concurrency=27.03, disk_gib=weights,
         serve_profile="cpu-small:dee788ff4221", checkpoint_key=f"key-{checkpoint}",
         versions="vllm=0.32.0+cpu", command="kqe eval --model gemma3-270m",
