@@ -1,7 +1,7 @@
 # ko-quant-eval: `make setup` once, then `make eval` (see README.md).
 MODEL ?= gemma3-270m
 SCHEMES ?= bf16,awq-w4a16,fp8-dynamic
-CALIB ?= ko70
+CALIB ?= ko70,en100
 TASKS ?= kmmlu_hard,mmlu
 LIMIT ?= 300
 PROFILE ?= cpu-small

@@ -70,11 +70,22 @@ def build_row(
     engine_versions: dict[str, str] | None = None,
     base_memory: MemoryReport | None = None,
     capacity: LoadReport | None = None,
+    calibration_control: str | None = None,
+    calibration_effect: dict[str, Comparison] | None = None,
 ) -> LeaderboardRow:
-    """Assemble a row from a checkpoint's records; missing stages leave empty cells."""
+    """Assemble a row from a checkpoint's records; missing stages leave empty cells.
+
+    `calibration_effect` holds, per task, this checkpoint against `calibration_control` (the same
+    scheme calibrated with less Korean) on the same items.
+    """
     cells: dict = {name: None for name in COLUMNS}
     for task, prefix in TASK_COLUMNS.items():
         cells.update(_task_cells(prefix, runs.get(task), comparisons.get(task)))
+        effect = (calibration_effect or {}).get(task)
+        if effect is not None:
+            cells.update(_calibration_effect_cells(prefix, effect))
+    if calibration_effect:
+        cells["calib_effect_vs"] = calibration_control
     speeds = [run.items_per_s for run in runs.values() if run.items_per_s]
     all_versions = checkpoint.package_versions | (engine_versions or {})
     versions = ";".join(f"{k}={v}" for k, v in sorted(all_versions.items()))
@@ -101,6 +112,16 @@ def build_row(
         command=command,
     )
     return LeaderboardRow(**cells)
+
+
+def _calibration_effect_cells(prefix: str, effect: Comparison) -> dict[str, float]:
+    return {
+        f"{prefix}_calib_effect": effect.delta,
+        f"{prefix}_calib_effect_ci_low": effect.ci_low,
+        f"{prefix}_calib_effect_ci_high": effect.ci_high,
+        f"{prefix}_calib_effect_p": effect.mcnemar_p,
+        f"{prefix}_calib_effect_mde": effect.mde,
+    }
 
 
 def _saving(base: MemoryReport | None, memory: MemoryReport | None) -> dict[str, float | None]:

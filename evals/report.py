@@ -176,9 +176,31 @@ def _flips_table(rows: Sequence[LeaderboardRow]) -> list[str]:
     return lines
 
 
+def _effect(row: LeaderboardRow, prefix: str) -> str:
+    effect = getattr(row, f"{prefix}_calib_effect")
+    if effect is None:
+        return "–"
+    low, high = (getattr(row, f"{prefix}_calib_effect_ci_{end}") for end in ("low", "high"))
+    p, mde = getattr(row, f"{prefix}_calib_effect_p"), getattr(row, f"{prefix}_calib_effect_mde")
+    return f"{100 * effect:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] p={p:.2g}, MDE {100 * mde:.1f}"
+
+
 def _calibration_section(rows: Sequence[LeaderboardRow], plots: dict[str, Path]) -> str:
-    if "calibration" in plots:
-        return f"![calibration effect]({plots['calibration']})"
+    paired = [r for r in rows if r.calib_effect_vs]
+    if paired:
+        lines = [
+            "Accuracy of each checkpoint minus its control's (same scheme, least Korean calibration), "
+            "same items, points [95% CI], exact McNemar p and the minimum detectable effect:",
+            "",
+            "| checkpoint | control | KMMLU effect | MMLU effect |",
+            "|---|---|---|---|",
+            *[
+                f"| {r.checkpoint} | {r.calib_effect_vs} | {_effect(r, 'kmmlu')} | {_effect(r, 'mmlu')} |"
+                for r in paired
+            ],
+        ]
+        figure = f"\n\n![calibration effect]({plots['calibration']})" if "calibration" in plots else ""
+        return "\n".join(lines) + figure
     mixes = sorted({r.calibration for r in rows if r.calibration != "none"}) or ["none"]
     return (
         f"One calibration mix in this run ({', '.join(mixes)}). To measure its effect, run again with "
@@ -249,10 +271,11 @@ def report_markdown(
 
 
 def _calibration_facts(row: LeaderboardRow, run: RunSummary | None, ckpt: Checkpoint | None) -> list[str]:
-    calib = run.calibration if run else None
     if ckpt is not None and ckpt.calibration_hash is None:
         return ["| calibration | none (the scheme needs no calibration data) |"]
-    if calib is None or ckpt is None or calib.sha256 != ckpt.calibration_hash:
+    sets = run.calibrations.values() if run else []
+    calib = next((c for c in sets if ckpt is not None and c.sha256 == ckpt.calibration_hash), None)
+    if calib is None:
         return [f"| calibration | {row.calibration} (run.json absent: hash unknown) |"]
     mix = ", ".join(f"{100 * share:.0f}% {lang}" for lang, share in calib.mix.items())
     files = Counter(s.name for s in calib.sources)

@@ -106,9 +106,11 @@ def main(verbose: bool) -> None:
 )
 @click.option(
     "--calibration",
-    default="ko70",
+    "calibrations",
+    default="ko70,en100",
     show_default=True,
-    help="Calibration mix: ko100, ko70, en100 or e.g. ko=0.6,en=0.4.",
+    help="Calibration mixes, comma-separated: ko100, ko70, en100 or e.g. ko=0.6,en=0.4. Schemes that "
+    "need calibration are built once per mix; the least Korean mix is the control.",
 )
 @click.option("--calib-samples", default=64, show_default=True, help="Calibration samples.")
 @click.option("--calib-seq-len", default=384, show_default=True, help="Tokens per calibration sample.")
@@ -133,12 +135,14 @@ def eval_command(**options: Any) -> None:
     """Calibrate, quantize, serve each checkpoint under one profile, score, compare with bf16, rank."""
     from evals.leaderboard import read_leaderboard
     from evals.processes import detect_gpu
+    from kqe.matrix import split_mixes
     from kqe.pipeline import EvalConfig, run_eval
 
     def action() -> None:
         options.update(
-            schemes=_split(options["schemes"]), tasks=_split(options["tasks"]), limit=options["limit"] or None
-        )
+            schemes=_split(options["schemes"]), tasks=_split(options["tasks"]),
+            calibrations=split_mixes(options["calibrations"]), limit=options["limit"] or None,
+        )  # fmt: skip
         if options["load"] is None:
             options["load"] = detect_gpu()
         cfg = EvalConfig(**options)

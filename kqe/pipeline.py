@@ -19,6 +19,7 @@ from pathlib import Path
 from evals import doctor, leaderboard, load, prompts, rag_prompts, report, score, serve, stats
 from kqe.errors import UserError
 from kqe.io import read_jsonl, read_record, write_record
+from kqe.matrix import BASE, MatrixEntry, calibration_references, mix_label, plan_matrix
 from kqe.modelstore import model_dir
 from kqe.records import (
     CalibrationSet,
@@ -42,8 +43,6 @@ log = logging.getLogger(__name__)
 Progress = Callable[[str, int, int], None]
 """Called with (what, done, total) as long work advances."""
 
-BASE = "bf16"
-
 
 class EvalConfig(Record):
     """Everything that decides what `make eval` computes; its fields make up the reproduce command."""
@@ -52,8 +51,9 @@ class EvalConfig(Record):
     """Registry name, `hf:org/name[@rev]`, or a local model directory."""
     schemes: tuple[str, ...] = ("bf16", "awq-w4a16", "fp8-dynamic")
     """Checkpoints to build and score; `bf16` (the base) is always included."""
-    calibration: str = "ko70"
-    """Calibration mix for schemes that need one (`ko100`, `ko70`, `en100`, or `ko=0.6,en=0.4`)."""
+    calibrations: tuple[str, ...] = ("ko70", "en100")
+    """Calibration mixes (`ko100`, `ko70`, `en100`, or `ko=0.6,en=0.4`): a scheme that needs one is
+    built once per mix; the mix with the least Korean is the control the others are paired with."""
     calib_samples: int = 64
     """Calibration samples."""
     calib_seq_len: int = 384
@@ -75,7 +75,7 @@ class EvalConfig(Record):
 
     def command(self) -> str:
         parts = ["kqe", "eval", "--model", self.model, "--schemes", ",".join(self.schemes)]
-        parts += ["--calibration", self.calibration, "--calib-samples", str(self.calib_samples)]
+        parts += ["--calibration", ",".join(self.calibrations), "--calib-samples", str(self.calib_samples)]
         parts += ["--calib-seq-len", str(self.calib_seq_len), "--tasks", ",".join(self.tasks)]
         parts += ["--limit", str(self.limit or 0), "--profile", self.profile, "--seed", str(self.seed)]
         if self.load:
@@ -92,73 +92,87 @@ class _Matrix:
     model: str
     base_dir: Path
     profile: ServeProfile
+    entries: list[MatrixEntry]
     recipes: dict[str, schemes.Recipe]
-    calib: CalibrationSet | None
+    """Scheme → recipe."""
+    calibs: dict[str, CalibrationSet]
+    """Mix label → calibration set."""
+    references: dict[str, str]
+    """Checkpoint → the checkpoint of the same scheme it is paired with for the calibration effect."""
     prompts: dict[str, list[prompts.PromptItem]]
     out: Path
     progress: Progress
 
 
 def _prepare(cfg: EvalConfig, ws: Workspace, progress: Progress) -> _Matrix:
-    """Check every input first (cheap), then build the calibration set and the task prompts."""
+    """Check every input first (cheap), then build the calibration sets and the task prompts."""
     spec = resolve_model(cfg.model, ws)
     base_dir = model_dir(spec, ws)
     profile = serve.load_profile(cfg.profile)
-    names = [BASE, *(s for s in cfg.schemes if s != BASE)]
-    recipes = {name: schemes.recipe_for(name, {}) for name in names}
-    needs_calib = any(schemes.SCHEMES[name].needs_calibration for name in names)
-    mix = calibration.parse_mix(cfg.calibration) if needs_calib else None
+    entries = plan_matrix(cfg.schemes, cfg.calibrations, lambda s: schemes.scheme_info(s).needs_calibration)
+    recipes = {entry.scheme: schemes.recipe_for(entry.scheme, {}) for entry in entries}
+    used = {entry.mix for entry in entries}
+    labelled = {mix_label(mix): mix for mix in cfg.calibrations}
+    parsed = {label: calibration.parse_mix(mix) for label, mix in labelled.items() if label in used}
     data_dir = prompts.prepare_tasks(ws, list(cfg.tasks), cfg.limit, cfg.seed)
     task_prompts = {task: prompts.load_prompts(task, data_dir) for task in cfg.tasks}
-    calib = None
-    if mix is not None:
-        progress("calibration set", 0, 1)
-        calib = calibration.build_calibration_set(
-            ws, spec.name, base_dir, mix, cfg.calib_samples, cfg.calib_seq_len, cfg.seed, cfg.calibration
+    calibs = {}
+    for done, (label, mix) in enumerate(parsed.items()):
+        progress("calibration sets", done, len(parsed))
+        calibs[label] = calibration.build_calibration_set(
+            ws, spec.name, base_dir, mix, cfg.calib_samples, cfg.calib_seq_len, cfg.seed, label
         )
-        progress("calibration set", 1, 1)
+        progress("calibration sets", done + 1, len(parsed))
+    references = calibration_references(entries, {label: mix.get("ko", 0.0) for label, mix in parsed.items()})
     out = ws.results(spec.name)
-    return _Matrix(cfg, ws, spec.name, base_dir, profile, recipes, calib, task_prompts, out, progress)
+    return _Matrix(
+        cfg, ws, spec.name, base_dir, profile, entries, recipes, calibs, references, task_prompts, out,
+        progress,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What evaluating one checkpoint left: its status and whatever stages finished."""
+
+    entry: MatrixEntry
+    status: str
+    checkpoint: Checkpoint | None
+    runs: dict[str, ScoreRun]
+    memory: MemoryReport | None
+    items: dict[str, list[ItemResult]]
 
 
 def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:
     """Run the whole matrix; write the leaderboard and `run.json` beside it; return the leaderboard path."""
     started = time.perf_counter()
     matrix = _prepare(cfg, ws, progress)
+    outcomes = {entry.name: _evaluate_checkpoint(matrix, entry) for entry in matrix.entries}
+    failures = {name: o.status for name, o in outcomes.items() if o.status != "ok"}
+    base = outcomes[BASE]
     rows: list[LeaderboardRow] = []
-    checkpoints: list[Checkpoint] = []
-    failures: dict[str, str] = {}
-    all_runs: list[ScoreRun] = []
-    all_comparisons: list[Comparison] = []
-    memories: dict[str, MemoryReport] = {}
-    base_items: dict[str, list[ItemResult]] = {}
-    for name, recipe in matrix.recipes.items():
-        status, ckpt, runs, memory = _evaluate_checkpoint(matrix, name, recipe)
-        if status != "ok":
-            log.error("%s: %s", name, status)
-            failures[name] = status
-        if memory is not None:
-            memories[name] = memory
-        items = {task: read_jsonl(Path(run.items_path), ItemResult) for task, run in runs.items()}
-        if name == BASE:
-            base_items = items
+    comparisons: list[Comparison] = []
+    for name, outcome in outcomes.items():
+        ckpt = outcome.checkpoint
         if ckpt is None:
             continue
         # every task both hold; Holm across the tasks; the Korean task carries its gap to English.
         # The base is not compared with itself: its row keeps the Δ columns empty.
-        comparisons = {} if name == BASE else stats.compare_tasks(BASE, name, base_items, items)
-        rows.append(_row(matrix, ckpt, status, runs, comparisons, memory, memories.get(BASE)))
-        checkpoints.append(ckpt)
-        all_runs += runs.values()
-        all_comparisons += comparisons.values()
+        vs_base = {} if name == BASE else stats.compare_tasks(BASE, name, base.items, outcome.items)
+        reference = outcomes.get(matrix.references.get(name, ""))
+        vs_reference = _calibration_effect(reference, outcome)
+        rows.append(_row(matrix, outcome, ckpt, vs_base, vs_reference, base.memory))
+        comparisons += [*vs_base.values(), *vs_reference.values()]
     if not rows:
         raise UserError(f"no checkpoint of {matrix.model} could be built: see the errors above")
     board = matrix.out / "leaderboard.csv"
     leaderboard.write_leaderboard(board, rows)
     summary = RunSummary(
         config=cfg.model_dump(mode="json"), command=cfg.command(), wall_s=time.perf_counter() - started,
-        calibration=matrix.calib, profile=matrix.profile, checkpoints=checkpoints, failures=failures,
-        score_runs=all_runs, comparisons=all_comparisons, memory=memories,
+        calibrations=matrix.calibs, profile=matrix.profile, failures=failures, comparisons=comparisons,
+        checkpoints=[o.checkpoint for o in outcomes.values() if o.checkpoint is not None],
+        score_runs=[run for o in outcomes.values() for run in o.runs.values()],
+        memory={name: o.memory for name, o in outcomes.items() if o.memory is not None},
     )  # fmt: skip
     write_record(matrix.out / "run.json", summary)
     report.write_report(board)
@@ -166,42 +180,55 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:
     return board
 
 
+def _calibration_effect(reference: _Outcome | None, outcome: _Outcome) -> dict[str, Comparison]:
+    """Per task: this checkpoint against the same scheme calibrated with less Korean, same items."""
+    if reference is None or reference.checkpoint is None:
+        return {}
+    control, name = reference.entry.name, outcome.entry.name
+    shared = [task for task in outcome.items if task in reference.items]
+    return {task: stats.compare(control, name, reference.items[task], outcome.items[task]) for task in shared}
+
+
 def _row(
     matrix: _Matrix,
+    outcome: _Outcome,
     ckpt: Checkpoint,
-    status: str,
-    runs: dict[str, ScoreRun],
-    comparisons: dict[str, Comparison],
-    memory: MemoryReport | None,
+    vs_base: dict[str, Comparison],
+    vs_reference: dict[str, Comparison],
     base_memory: MemoryReport | None,
 ) -> LeaderboardRow:
-    needs_calib = matrix.calib is not None and schemes.SCHEMES[ckpt.name].needs_calibration
-    calib_name = matrix.calib.name if needs_calib and matrix.calib else "none"
     profile = f"{matrix.profile.name}:{matrix.profile.key}"
     engine = {"vllm": serve.engine_version(matrix.ws), "lm-eval": metadata.version("lm_eval")}
-    command = matrix.cfg.command()
     load_path = _load_path(matrix, ckpt)
     capacity = read_record(load_path, load.LoadReport) if load_path.exists() else None
     return leaderboard.build_row(
-        ckpt, calib_name, status, runs, comparisons, memory, profile, command, engine, base_memory, capacity
-    )
+        ckpt, outcome.entry.mix or "none", outcome.status, outcome.runs, vs_base, outcome.memory, profile,
+        matrix.cfg.command(), engine, base_memory, capacity, matrix.references.get(ckpt.name), vs_reference,
+    )  # fmt: skip
 
 
-def _evaluate_checkpoint(
-    matrix: _Matrix, name: str, recipe: schemes.Recipe
-) -> tuple[str, Checkpoint | None, dict[str, ScoreRun], MemoryReport | None]:
+def _evaluate_checkpoint(matrix: _Matrix, entry: MatrixEntry) -> _Outcome:
     """Build, serve and score one checkpoint; a failure becomes its status instead of stopping the run."""
+    recipe, calib = matrix.recipes[entry.scheme], matrix.calibs.get(entry.mix or "")
     try:
-        matrix.progress(f"build {name}", 0, 1)
-        ckpt = build.build_checkpoint(matrix.ws, matrix.model, matrix.base_dir, name, recipe, matrix.calib)
-        matrix.progress(f"build {name}", 1, 1)
+        matrix.progress(f"build {entry.name}", 0, 1)
+        built = build.build_checkpoint(matrix.ws, matrix.model, matrix.base_dir, entry.scheme, recipe, calib)
+        # the on-disk record is named by its scheme; in this run it is the matrix entry's checkpoint
+        ckpt = built.model_copy(update={"name": entry.name})
+        matrix.progress(f"build {entry.name}", 1, 1)
     except UserError as exc:
-        return f"failed: {exc}", None, {}, None
+        return _failed(entry, exc, None)
     try:
         runs, memory = _score_checkpoint(matrix, ckpt)
     except UserError as exc:
-        return f"failed: {exc}", ckpt, {}, None
-    return "ok", ckpt, runs, memory
+        return _failed(entry, exc, ckpt)
+    items = {task: read_jsonl(Path(run.items_path), ItemResult) for task, run in runs.items()}
+    return _Outcome(entry, "ok", ckpt, runs, memory, items)
+
+
+def _failed(entry: MatrixEntry, exc: UserError, ckpt: Checkpoint | None) -> _Outcome:
+    log.error("%s: %s", entry.name, exc)
+    return _Outcome(entry, f"failed: {exc}", ckpt, {}, None, {})
 
 
 def _score_checkpoint(matrix: _Matrix, ckpt: Checkpoint) -> tuple[dict[str, ScoreRun], MemoryReport]:

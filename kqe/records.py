@@ -122,9 +122,23 @@ class CalibrationSet(Record):
     hangul_fraction: float
     """Measured share of Hangul among letters over all samples."""
     path: str
-    """JSON Lines file of the samples (`{"text": ..., "lang": ...}` per line)."""
+    """JSON Lines file of the samples (`{"text", "lang", "tokens", "hangul_fraction"}` per line)."""
     sha256: str
     """sha256 of that file."""
+    measured_shares: dict[str, float] = Field(default_factory=dict)
+    """Measured token share per language, a sample counting as Korean when ≥ 50% of its letters are
+    Hangul (else English); must be within 5 points of `mix`."""
+    hangul_fraction_by_lang: dict[str, float] = Field(default_factory=dict)
+    """Hangul share among letters over the samples of each source language."""
+    dropped: dict[str, int] = Field(default_factory=dict)
+    """Text left out, by reason: `duplicate_paragraphs` (exact repeats), windows `off_language`,
+    `contaminated` (shared a 13-gram with an evaluation item), `near_duplicate` (5-gram Jaccard ≥ 0.8)."""
+    contamination_items: int = 0
+    """Evaluation items the windows were checked against (0: no check)."""
+    contamination_allowed: bool = False
+    """Whether the check was turned off on purpose (`--allow-contamination`)."""
+    chat_template: bool = False
+    """Whether each sample is wrapped in the tokenizer's chat template (as a user turn)."""
 
 
 class Checkpoint(Record):
@@ -475,8 +489,8 @@ class RunSummary(Record):
     """Command that reproduces the run."""
     wall_s: float
     """Wall time of the whole run, seconds."""
-    calibration: CalibrationSet | None
-    """Calibration set used, if any scheme needed one."""
+    calibrations: dict[str, CalibrationSet]
+    """Mix label → calibration set, for the mixes some scheme of the run was built with."""
     profile: ServeProfile
     """Serve profile applied to every checkpoint."""
     checkpoints: list[Checkpoint]
@@ -486,6 +500,7 @@ class RunSummary(Record):
     score_runs: list[ScoreRun]
     """Per checkpoint and task: accuracy, items/s and the per-item file."""
     comparisons: list[Comparison]
-    """Per candidate and task: the paired comparison with the base."""
+    """Per candidate and task: the paired comparison with the base, and with the same scheme's
+    calibration control where the run has one (`base` is then that control)."""
     memory: dict[str, MemoryReport]
     """Checkpoint name → what vLLM reserved for it."""

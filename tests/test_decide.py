@@ -120,7 +120,7 @@ def test_measured_memory_is_used_only_for_the_gpu_it_was_measured_on() -> None:
         max_concurrency=3.7, max_model_len=16384,
     )  # fmt: skip
     run = RunSummary(
-        config={}, command="kqe eval", wall_s=1.0, calibration=None, profile=profile, checkpoints=[],
+        config={}, command="kqe eval", wall_s=1.0, calibrations={}, profile=profile, checkpoints=[],
         failures={}, score_runs=[], comparisons=[], memory={"awq-w4a16": memory},
     )  # fmt: skip
     assert measured_applies(run, gpu_named("rtx4090"), profile, 1)

