@@ -1,10 +1,13 @@
 """Calibration sets with a controlled Korean/English token mix, cut with the target model's tokenizer.
 
-Every sample is a window of exactly `seq_len` model tokens (the special tokens the tokenizer adds,
-e.g. BOS, included) whose text re-tokenizes to the same ids, so llmcompressor sees the tokens that
-were counted. Windows are cut per language from the paragraphs of its sources; they do not overlap
-unless a language's text is too short, and then they overlap by at most half a window (spread
-evenly over the text). Held-out sources (`holdout = true`) are never read here.
+Sources come from `calibration_data/sources.toml` (`quantize.catalog`); held-out sources
+(`holdout = true`) are never read here (they are for perplexity). Per language, the paragraphs of
+its sources lose exact repeats (`quantize.dedup`) and are tokenized as one stream;
+`quantize.windows` cuts it into windows of exactly `seq_len` model tokens, drops off-language,
+contaminated (`quantize.contamination`) and near-duplicate windows, and picks
+`round(samples × share)` of the rest under the seed. The measured Korean share (a sample counts as
+Korean when most of its letters are Hangul) must be within 5 points of the asked share.
+Same inputs, same bytes.
 """
 
 from __future__ import annotations
@@ -14,22 +17,22 @@ import json
 import logging
 import math
 import random
-import re
-import tomllib
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from typing import Any
 
 from kqe.errors import UserError
 from kqe.io import read_record, sha256_of, write_atomic, write_record
 from kqe.records import CalibrationSet, SourceFile, content_hash
 from kqe.workspace import Workspace, safe_name
+from quantize.catalog import SourceSpec, default_sources, paragraphs, read_sources
+from quantize.contamination import ContaminationGuard
+from quantize.dedup import unique_paragraphs
+from quantize.windows import DROP_REASONS, Framing, WindowCutter, chat_framing, hangul_letters, measured_lang
 
 log = logging.getLogger(__name__)
 
-SOURCES_TOML = Path(__file__).resolve().parents[1] / "calibration_data" / "sources.toml"
 LANGS = ("ko", "en")
 NAMED_MIXES: dict[str, dict[str, float]] = {
     "ko100": {"ko": 1.0},
@@ -41,11 +44,8 @@ DEFAULT_SAMPLES = 64
 DEFAULT_SEQ_LEN = 384
 MAX_SHARE_GAP = 0.05
 """Largest allowed gap between the asked and the measured token share of a language."""
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 """Bumped when the cutting rules change, so older sets are not reused under the same key."""
-_MAX_SHIFT = 16
-"""Tokens a window start may move to find text that re-tokenizes exactly (byte-level BPE splits
-Hangul syllables across tokens, so some cut points decode to broken characters)."""
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -57,59 +57,6 @@ TOKENIZER_FILES = (
     "chat_template.jinja",
 )
 """Files that make up a tokenizer: hashed into keys and copied verbatim into built checkpoints."""
-_PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
-_REVISION = re.compile(r"[0-9a-f]{40}")
-
-
-class SourceSpec(BaseModel):
-    """One `[[source]]` entry of `calibration_data/sources.toml`."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str
-    lang: Literal["ko", "en"]
-    origin: str
-    glob: str | None = None
-    """Files under the sources folder (offline)."""
-    hub_id: str | None = None
-    """Hugging Face dataset id (online users only)."""
-    hub_config: str | None = None
-    split: str = "train"
-    text_field: str = "text"
-    revision: str = ""
-    """Pinned dataset commit (40 hex); required to load a hub source."""
-    max_chars: int = 400_000
-    """Characters read from a hub source."""
-    holdout: bool = False
-    """Reserved for perplexity: never used for calibration."""
-
-    @model_validator(mode="after")
-    def _one_location(self) -> SourceSpec:
-        if (self.glob is None) == (self.hub_id is None):
-            raise ValueError("give exactly one of `glob` (offline file) or `hub_id` (online dataset)")
-        return self
-
-
-def load_catalog(path: Path = SOURCES_TOML) -> list[SourceSpec]:
-    """Every source declared in `path`, offline and online, held-out ones included."""
-    try:
-        entries = tomllib.loads(path.read_text(encoding="utf-8")).get("source", [])
-        return [SourceSpec.model_validate(entry) for entry in entries]
-    except (OSError, tomllib.TOMLDecodeError, ValidationError) as exc:
-        first = str(exc).splitlines()[0]
-        raise UserError(f"calibration sources {path}: {first}: fix the file") from None
-
-
-def default_sources(catalog: Sequence[SourceSpec] | None = None) -> list[SourceSpec]:
-    """The offline sources that may feed calibration (held-out and hub sources excluded)."""
-    specs = load_catalog() if catalog is None else catalog
-    return [s for s in specs if s.glob is not None and not s.holdout]
-
-
-def holdout_sources(catalog: Sequence[SourceSpec] | None = None) -> list[SourceSpec]:
-    """The sources reserved for perplexity."""
-    specs = load_catalog() if catalog is None else catalog
-    return [s for s in specs if s.holdout]
 
 
 def parse_mix(text: str) -> dict[str, float]:
@@ -157,69 +104,6 @@ def allocate(samples: int, mix: dict[str, float]) -> dict[str, int]:
     return counts
 
 
-def paragraphs(text: str) -> list[str]:
-    """Blank-line separated paragraphs that contain a letter (page numbers and rules dropped)."""
-    text = text.replace("\r\n", "\n").lstrip("\ufeff")
-    return [p.strip() for p in _PARAGRAPH_BREAK.split(text) if any(c.isalpha() for c in p)]
-
-
-def hangul_letters(text: str) -> tuple[int, int]:
-    """(Hangul letters, all letters) in `text`: syllables and jamo count as Hangul."""
-    letters = [c for c in text if c.isalpha()]
-    hangul = sum(
-        1
-        for c in letters
-        if 0xAC00 <= ord(c) <= 0xD7A3 or 0x1100 <= ord(c) <= 0x11FF or 0x3130 <= ord(c) <= 0x318F
-    )
-    return hangul, len(letters)
-
-
-def read_sources(ws: Workspace, specs: Sequence[SourceSpec]) -> list[tuple[SourceFile, str]]:
-    """The raw text of every file (or hub slice) of `specs`, with its provenance."""
-    texts: list[tuple[SourceFile, str]] = []
-    for spec in specs:
-        if spec.hub_id is not None:
-            text = _hub_text(spec)
-            origin = f"{spec.origin} @ {spec.revision}"
-            source = SourceFile(name=spec.name, lang=spec.lang, origin=origin, sha256=sha256_of(text))
-            texts.append((source, text))
-            continue
-        assert spec.glob is not None
-        files = sorted(ws.sources().glob(spec.glob))
-        if not files:
-            raise UserError(
-                f"calibration source {spec.name!r}: no files match {ws.sources() / spec.glob}: "
-                "run `make setup` to fetch the offline sources"
-            )
-        for path in files:
-            raw = path.read_bytes()
-            origin = f"{spec.origin} [{path.relative_to(ws.sources()).as_posix()}]"
-            source = SourceFile(name=spec.name, lang=spec.lang, origin=origin, sha256=sha256_of(raw))
-            texts.append((source, raw.decode("utf-8")))
-    return texts
-
-
-def _hub_text(spec: SourceSpec) -> str:
-    if not _REVISION.fullmatch(spec.revision):
-        raise UserError(
-            f"calibration source {spec.name!r} has no pinned revision: set a 40-hex dataset commit "
-            f"as `revision` in {SOURCES_TOML}"
-        )
-    from datasets import load_dataset
-
-    rows = load_dataset(
-        spec.hub_id, spec.hub_config, split=spec.split, revision=spec.revision, streaming=True
-    )
-    parts: list[str] = []
-    size = 0
-    for row in rows:
-        parts.append(str(row[spec.text_field]))
-        size += len(parts[-1])
-        if size >= spec.max_chars:
-            break
-    return "\n\n".join(parts)
-
-
 def tokenizer_hash(tokenizer_dir: Path) -> str:
     """sha256 over the tokenizer files present in `tokenizer_dir` (names and bytes)."""
     digest = hashlib.sha256()
@@ -229,6 +113,18 @@ def tokenizer_hash(tokenizer_dir: Path) -> str:
     for path in present:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
+
+
+def model_context(model_dir: Path) -> int | None:
+    """The model's context length from its config.json (`max_position_embeddings`), if stated."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    for section in (config, config.get("text_config") or {}):
+        if isinstance(section.get("max_position_embeddings"), int):
+            return int(section["max_position_embeddings"])
+    return None
 
 
 def build_calibration_set(
@@ -241,16 +137,22 @@ def build_calibration_set(
     seed: int,
     name: str,
     sources: Sequence[SourceSpec] | None = None,
+    *,
+    eval_items: Sequence[str] | None = None,
+    allow_contamination: bool = False,
+    chat_template: bool = False,
+    out_dir: Path | None = None,
 ) -> CalibrationSet:
     """Build (or reuse) `samples` windows of `seq_len` tokens with `mix` token shares, chosen under `seed`.
 
     `sources` defaults to the offline sources of `calibration_data/sources.toml`; held-out sources
-    are dropped whatever is passed. Writes `<name>-<key>.jsonl` and `<name>-<key>.json` under
-    `ws.calibration(model)`; the same inputs give the same key and byte-identical files.
+    are dropped whatever is passed. Windows sharing a 13-gram with any of `eval_items` (the run's
+    evaluation items as text) are dropped unless `allow_contamination`. Writes `<name>-<key>.jsonl`
+    and `<name>-<key>.json` under `out_dir` (default `ws.calibration(model)`); the same inputs give
+    the same key and byte-identical files.
     """
     check_mix(mix, name)
-    if samples < 1 or seq_len < 8:
-        raise UserError(f"calibration set {name!r}: need samples ≥ 1, seq_len ≥ 8 (got {samples}, {seq_len})")
+    check_lengths(model, tokenizer_dir, samples, seq_len, name)
     specs = [s for s in (default_sources() if sources is None else sources) if not s.holdout]
     texts = read_sources(ws, specs)
     missing = [lang for lang, share in mix.items() if share > 0 and all(s.lang != lang for s, _ in texts)]
@@ -258,6 +160,7 @@ def build_calibration_set(
         raise UserError(
             f"calibration mix {name!r} asks for {missing[0]} text but no {missing[0]} source is declared"
         )
+    guard = None if allow_contamination or not eval_items else ContaminationGuard(eval_items)
     key = content_hash(
         {
             "builder": BUILDER_VERSION,
@@ -267,20 +170,25 @@ def build_calibration_set(
             "seq_len": seq_len,
             "seed": seed,
             "tokenizer": tokenizer_hash(tokenizer_dir),
+            "chat_template": chat_template,
+            "contamination": None if guard is None else [guard.fingerprint, guard.n],
         }
     )
-    stem = f"{safe_name(name)}-{key}"
-    record_path = ws.calibration(model) / f"{stem}.json"
-    samples_path = ws.calibration(model) / f"{stem}.jsonl"
+    folder = ws.calibration(model) if out_dir is None else out_dir
+    record_path, samples_path = (
+        folder / f"{safe_name(name)}-{key}.json",
+        folder / f"{safe_name(name)}-{key}.jsonl",
+    )
     if record_path.exists() and samples_path.exists():
         record = read_record(record_path, CalibrationSet)
         if record.sha256 == sha256_of(samples_path.read_bytes()):
             log.info("calibration set %s reused (%s)", name, record_path)
             return record
-    lines, tokens_by_lang, hangul = _cut_samples(tokenizer_dir, texts, mix, samples, seq_len, seed)
-    _check_shares(mix, tokens_by_lang, name, samples)
+    tokenizer = _load_tokenizer(tokenizer_dir)
+    framing = chat_framing(tokenizer, str(tokenizer_dir)) if chat_template else Framing()
+    cutter = WindowCutter(tokenizer, seq_len, framing, guard)
+    lines, dropped = _cut_samples(cutter, texts, mix, samples, seed)
     body = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
-    write_atomic(samples_path, body)
     record = CalibrationSet(
         name=name,
         mix=mix,
@@ -289,116 +197,120 @@ def build_calibration_set(
         seq_len=seq_len,
         seed=seed,
         sources=[source for source, _ in texts],
-        tokens_by_lang=tokens_by_lang,
-        hangul_fraction=hangul,
         path=str(samples_path),
         sha256=sha256_of(body),
+        dropped=dict(sorted(dropped.items())),
+        contamination_items=0 if guard is None else guard.items,
+        contamination_allowed=allow_contamination,
+        chat_template=chat_template,
+        **_measure(lines),
     )
+    _check_shares(mix, record.measured_shares, name, samples)
+    write_atomic(samples_path, body)
     write_record(record_path, record)
-    log.info("calibration set %s: %s tokens, Hangul %.3f → %s", name, tokens_by_lang, hangul, samples_path)
+    log.info(
+        "calibration set %s: %s tokens, measured %s, dropped %s → %s",
+        name, record.tokens_by_lang, record.measured_shares, record.dropped, samples_path,
+    )  # fmt: skip
     return record
 
 
-def _cut_samples(
-    tokenizer_dir: Path,
-    texts: list[tuple[SourceFile, str]],
-    mix: dict[str, float],
-    samples: int,
-    seq_len: int,
-    seed: int,
-) -> tuple[list[dict[str, Any]], dict[str, int], float]:
-    """The sample lines (shuffled under `seed`), tokens per language and the overall Hangul share."""
+def _load_tokenizer(tokenizer_dir: Path) -> Any:
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    content_len = seq_len - tokenizer.num_special_tokens_to_add()
-    streams = {
-        lang: "\n".join(p for source, text in texts if source.lang == lang for p in paragraphs(text))
-        for lang in mix
-    }
-    ids = {lang: tokenizer(stream, add_special_tokens=False)["input_ids"] for lang, stream in streams.items()}
-    counts = allocate(samples, mix)
-    chosen: dict[str, list[str]] = {}
-    for lang, need in counts.items():
-        picked = _choose_windows(tokenizer, ids[lang], content_len, need, random.Random(f"{seed}/{lang}"))
-        if picked is None:
-            raise _too_many_samples(tokenizer, ids, content_len, mix, samples, seq_len)
-        chosen[lang] = picked
+    return AutoTokenizer.from_pretrained(tokenizer_dir)
+
+
+def check_lengths(model: str, model_dir: Path, samples: int, seq_len: int, name: str) -> None:
+    """Samples and sequence length are positive, and the length fits the model's context."""
+    if samples < 1 or seq_len < 16:
+        raise UserError(
+            f"calibration set {name!r}: need samples ≥ 1, seq_len ≥ 16 (got {samples}, {seq_len})"
+        )
+    context = model_context(model_dir)
+    if context is not None and seq_len > context:
+        raise UserError(
+            f"calibration --seq-len {seq_len} is above the context of {model} ({context} tokens): lower it"
+        )
+
+
+def _cut_samples(
+    cutter: WindowCutter, texts: list[tuple[SourceFile, str]], mix: dict[str, float], samples: int, seed: int
+) -> tuple[list[dict[str, Any]], Counter[str]]:
+    """The sample lines (shuffled under `seed`) and the text dropped, by reason."""
+    dropped: Counter[str] = Counter(dict.fromkeys(DROP_REASONS, 0))
+    ids: dict[str, list[int]] = {}
+    for lang in mix:
+        kept, repeats = unique_paragraphs(
+            p for source, text in texts if source.lang == lang for p in paragraphs(text)
+        )
+        dropped["duplicate_paragraphs"] += repeats
+        ids[lang] = cutter.tokenizer("\n".join(kept), add_special_tokens=False)["input_ids"]
     lines = []
-    tokens_by_lang = dict.fromkeys(mix, 0)
-    hangul_total = letters_total = 0
-    for lang, windows in chosen.items():
+    for lang, need in allocate(samples, mix).items():
+        picked = cutter.choose(ids[lang], lang, need, random.Random(f"{seed}/{lang}"))
+        if picked is None:
+            raise _too_many_samples(cutter, ids, mix, samples)
+        windows, lang_dropped = picked
+        dropped.update(lang_dropped)
         for text in windows:
-            tokens = len(tokenizer(text)["input_ids"])  # as the model will see it, specials included
+            tokens = len(cutter.tokenizer(text)["input_ids"])  # as the model will see it, specials included
             hangul, letters = hangul_letters(text)
-            tokens_by_lang[lang] += tokens
-            hangul_total, letters_total = hangul_total + hangul, letters_total + letters
             share = round(hangul / letters, 4) if letters else 0.0
             lines.append({"text": text, "lang": lang, "tokens": tokens, "hangul_fraction": share})
     random.Random(seed).shuffle(lines)
-    return lines, tokens_by_lang, (hangul_total / letters_total if letters_total else 0.0)
+    return lines, dropped
 
 
-def _choose_windows(
-    tokenizer: Any, ids: list[int], length: int, need: int, rng: random.Random
-) -> list[str] | None:
-    """`need` window texts: a seeded pick among disjoint windows, else evenly spread half-overlapping
-    ones; None when even those are too few."""
-    if need == 0:
-        return []
-    disjoint = _clean_windows(tokenizer, ids, length, stride=length)
-    if need <= len(disjoint):
-        return [disjoint[i] for i in sorted(rng.sample(range(len(disjoint)), need))]
-    dense = _clean_windows(tokenizer, ids, length, stride=max(1, length // 2))
-    if need > len(dense):
-        return None
-    step = (len(dense) - 1) / (need - 1) if need > 1 else 0.0
-    log.info("calibration: %d windows from %d tokens need overlap (≤ half a window)", need, len(ids))
-    return [dense[round(i * step)] for i in range(need)]
-
-
-def _clean_windows(tokenizer: Any, ids: list[int], length: int, stride: int) -> list[str]:
-    """Texts of windows of `length` tokens, at least `stride` tokens apart, that re-tokenize exactly."""
-    windows = []
-    start = 0
-    while start + length <= len(ids):
-        for pos in range(start, min(start + _MAX_SHIFT, len(ids) - length + 1)):
-            window = ids[pos : pos + length]
-            text = tokenizer.decode(window, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-            if tokenizer(text, add_special_tokens=False)["input_ids"] == window:
-                windows.append(text)
-                start = pos + stride
-                break
-        else:
-            start += _MAX_SHIFT
-    return windows
+def _measure(lines: list[dict[str, Any]]) -> dict[str, Any]:
+    """tokens_by_lang (by source), measured_shares (by Hangul share), Hangul fractions."""
+    tokens_by_lang: Counter[str] = Counter()
+    measured: Counter[str] = Counter()
+    hangul_by: Counter[str] = Counter()
+    letters_by: Counter[str] = Counter()
+    for line in lines:
+        hangul, letters = hangul_letters(line["text"])
+        tokens_by_lang[line["lang"]] += line["tokens"]
+        measured[measured_lang(line["text"])] += line["tokens"]
+        hangul_by[line["lang"]] += hangul
+        letters_by[line["lang"]] += letters
+    total = sum(tokens_by_lang.values())
+    letters_total = sum(letters_by.values())
+    return {
+        "tokens_by_lang": dict(sorted(tokens_by_lang.items())),
+        "measured_shares": {
+            lang: round(measured[lang] / total, 4)
+            for lang in LANGS
+            if lang in tokens_by_lang or measured[lang]
+        },
+        "hangul_fraction": sum(hangul_by.values()) / letters_total if letters_total else 0.0,
+        "hangul_fraction_by_lang": {
+            lang: round(hangul_by[lang] / letters_by[lang], 4) if letters_by[lang] else 0.0
+            for lang in sorted(letters_by)
+        },
+    }
 
 
 def _too_many_samples(
-    tokenizer: Any, ids: dict[str, list[int]], length: int, mix: dict[str, float], samples: int, seq_len: int
+    cutter: WindowCutter, ids: dict[str, list[int]], mix: dict[str, float], samples: int
 ) -> UserError:
-    capacity = {
-        lang: len(_clean_windows(tokenizer, ids[lang], length, stride=max(1, length // 2)))
-        for lang, share in mix.items()
-        if share > 0
-    }
+    capacity = {lang: cutter.capacity(ids[lang], lang) for lang, share in mix.items() if share > 0}
     fits = (
         n for n in range(samples - 1, 0, -1) if all(allocate(n, mix)[g] <= c for g, c in capacity.items())
     )
     most = next(fits, 0)
     shown = ", ".join(f"{lang}: {count} windows" for lang, count in capacity.items())
     return UserError(
-        f"calibration: {samples} samples of {seq_len} tokens exceed the sources ({shown}, half-overlap "
-        f"allowed); at most {most} samples at this mix: lower --calib-samples or add sources"
+        f"calibration: {samples} samples of {cutter.seq_len} tokens exceed the sources ({shown}, "
+        f"half-overlap allowed); at most {most} samples at this mix: lower the samples or add sources"
     )
 
 
-def _check_shares(mix: dict[str, float], tokens_by_lang: dict[str, int], name: str, samples: int) -> None:
-    total = sum(tokens_by_lang.values())
+def _check_shares(mix: dict[str, float], measured: dict[str, float], name: str, samples: int) -> None:
     for lang, asked in mix.items():
-        measured = tokens_by_lang.get(lang, 0) / total
-        if abs(measured - asked) > MAX_SHARE_GAP + 1e-9:
+        share = measured.get(lang, 0.0)
+        if abs(share - asked) > MAX_SHARE_GAP + 1e-9:
             raise UserError(
-                f"calibration mix {name!r}: {lang} token share {measured:.2f} is more than "
+                f"calibration mix {name!r}: measured {lang} token share {share:.2f} is more than "
                 f"{MAX_SHARE_GAP:.0%} from the asked {asked:.2f} with {samples} samples: use more samples"
             )

@@ -3,42 +3,71 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 from transformers import AutoTokenizer
 
 from kqe.errors import UserError
+from kqe.records import CalibrationSet
 from kqe.workspace import Workspace
-from quantize.calibration import (
-    NAMED_MIXES,
-    SourceSpec,
-    build_calibration_set,
-    default_sources,
-    holdout_sources,
-    load_catalog,
-    parse_mix,
-)
+from quantize.calibration import NAMED_MIXES, build_calibration_set, parse_mix
+from quantize.catalog import SourceSpec
 
 HOLDOUT_MARK = "보류문장"
 SEQ_LEN = 64
+KO_WORDS = (
+    "국민 법률 대통령 국회 정부 법원 헌법 자유 권리 의무 선거 지방 자치 경제 교육 환경 재산 노동 복지 평등 "
+    "주권 행정 사법 조약 예산 국방 외교 문화 과학 기술 보건 농업 어업 산업 무역 금융 조세 통일 평화 안전"
+)
+KO_ENDINGS = ("은", "는", "을", "를", "의", "에", "과", "로")
+EN_WORDS = (
+    "the a river school teacher town boat morning letter money house road friend mountain window paper "
+    "quiet angry small old new red long walked said found thought gave took never always soon"
+)
 
 
-def _korean(count: int) -> str:
-    return "\n\n".join(
-        f"제{i}조 모든 국민은 법 앞에 평등하다. 국가는 {i}번째 의무를 진다. 대한민국의 주권은 국민에게 있다."
-        for i in range(count)
+def korean_prose(seed: int, count: int) -> str:
+    """`count` paragraphs of random Korean sentences: no two windows alike by chance."""
+    rng = random.Random(seed)
+    sentences = (
+        " ".join(rng.choice(KO_WORDS.split()) + rng.choice(KO_ENDINGS) for _ in range(rng.randint(5, 9)))
+        + " 있다."
+        for _ in range(3 * count)
     )
+    lines = list(sentences)
+    return "\n\n".join(" ".join(lines[i : i + 3]) for i in range(0, len(lines), 3))
 
 
-def _english(count: int) -> str:
-    return "\n\n".join(
-        f"Paragraph {i}. The answer is B. Debian is a free operating system, release {i}."
-        for i in range(count)
-    )
+def english_prose(seed: int, count: int) -> str:
+    rng = random.Random(seed)
+    lines = [
+        " ".join(rng.choice(EN_WORDS.split()) for _ in range(rng.randint(8, 14))).capitalize() + "."
+        for _ in range(3 * count)
+    ]
+    return "\n\n".join(" ".join(lines[i : i + 3]) for i in range(0, len(lines), 3))
 
 
-def _write(ws: Workspace, relative: str, text: str) -> None:
+def write_offline_sources(root: Path) -> None:
+    """A file of varied text at every offline path of the repo's `sources.toml` (no repeats for the
+    deduplication to remove), Botchan with its chapter markers: the layout `make setup` writes."""
+    files = {
+        "ko/constitution.txt": korean_prose(10, 20),
+        **{f"ko/bills/180989{n}.txt": korean_prose(20 + n, 6) for n in range(10)},
+        "ko/debian-faq/debian-faq.ko.txt": korean_prose(30, 40),
+        "en/botchan.txt": f"CHAPTER I\n\n{english_prose(40, 30)}\n\nCHAPTER X.\n\n{english_prose(41, 10)}\n"
+        "--(THE END)--\n",
+        "en/debian-faq/debian-faq.en.txt": english_prose(50, 30),
+    }
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+def write_source(ws: Workspace, relative: str, text: str) -> None:
     path = ws.sources() / relative
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
@@ -46,10 +75,17 @@ def _write(ws: Workspace, relative: str, text: str) -> None:
 
 @pytest.fixture()
 def sources(workspace: Workspace) -> list[SourceSpec]:
-    _write(workspace, "ko/law.txt", _korean(40))
-    _write(workspace, "ko/bills/1.txt", _korean(12) + "\n\n- 1 -\n\n")
-    _write(workspace, "ko/bills/9.txt", "\n\n".join(f"{HOLDOUT_MARK} {i}번 법률안이다." for i in range(60)))
-    _write(workspace, "en/novel.txt", _english(80))
+    return write_sources(workspace)
+
+
+def write_sources(workspace: Workspace) -> list[SourceSpec]:
+    """Korean law and bills, a held-out bill, an English novel: enough for a few dozen windows."""
+    write_source(workspace, "ko/law.txt", korean_prose(1, 40))
+    write_source(workspace, "ko/bills/1.txt", korean_prose(2, 12) + "\n\n- 1 -\n\n")
+    write_source(
+        workspace, "ko/bills/9.txt", "\n\n".join(f"{HOLDOUT_MARK} {i}번 법률안이다." for i in range(60))
+    )
+    write_source(workspace, "en/novel.txt", english_prose(3, 80))
     return [
         SourceSpec(name="law", lang="ko", glob="ko/law.txt", origin="test"),
         SourceSpec(name="bills", lang="ko", glob="ko/bills/[0-8].txt", origin="test"),
@@ -58,11 +94,18 @@ def sources(workspace: Workspace) -> list[SourceSpec]:
     ]
 
 
-def _build(ws: Workspace, tok: Path, sources: list[SourceSpec], mix: str = "ko70", **kw: int):
+def build(
+    ws: Workspace, tok: Path, sources: list[SourceSpec], mix: str = "ko70", **kw: Any
+) -> CalibrationSet:
     args = {"samples": 10, "seq_len": SEQ_LEN, "seed": 7} | kw
+    samples, seq_len, seed = args.pop("samples"), args.pop("seq_len"), args.pop("seed")
     return build_calibration_set(
-        ws, "tiny", tok, parse_mix(mix), args["samples"], args["seq_len"], args["seed"], mix, sources
+        ws, "tiny", tok, parse_mix(mix), samples, seq_len, seed, mix, sources, **args
     )
+
+
+def sample_lines(record: CalibrationSet) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in Path(record.path).read_text(encoding="utf-8").splitlines()]
 
 
 def test_named_and_explicit_mixes() -> None:
@@ -92,15 +135,17 @@ def test_mix_errors_are_one_line(text: str, says: str) -> None:
 def test_samples_are_token_exact_and_shares_hold(
     workspace: Workspace, tiny_model_dir: Path, sources: list[SourceSpec]
 ) -> None:
-    record = _build(workspace, tiny_model_dir, sources)
-    lines = [json.loads(line) for line in Path(record.path).read_text(encoding="utf-8").splitlines()]
+    record = build(workspace, tiny_model_dir, sources)
+    lines = sample_lines(record)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     assert len(lines) == 10
     assert all(len(tokenizer(line["text"])["input_ids"]) == SEQ_LEN == line["tokens"] for line in lines)
     assert [line["lang"] for line in lines].count("ko") == 7
-    assert abs(record.tokens_by_lang["ko"] / sum(record.tokens_by_lang.values()) - 0.7) <= 0.05
+    assert abs(record.measured_shares["ko"] - 0.7) <= 0.05
+    assert record.measured_shares == {"ko": 0.7, "en": 0.3}
     assert all(line["hangul_fraction"] == 0.0 for line in lines if line["lang"] == "en")
     assert all(line["hangul_fraction"] > 0.5 for line in lines if line["lang"] == "ko")
+    assert record.hangul_fraction_by_lang["en"] == 0.0 and record.hangul_fraction_by_lang["ko"] > 0.9
     assert 0.2 < record.hangul_fraction < 0.9
     assert len({line["text"] for line in lines}) == 10, "windows must not repeat"
 
@@ -108,15 +153,15 @@ def test_samples_are_token_exact_and_shares_hold(
 def test_rebuild_is_byte_identical_and_reused(
     workspace: Workspace, tiny_model_dir: Path, sources: list[SourceSpec]
 ) -> None:
-    first = _build(workspace, tiny_model_dir, sources)
+    first = build(workspace, tiny_model_dir, sources)
     data = Path(first.path).read_bytes()
     mtime = Path(first.path).stat().st_mtime_ns
-    assert _build(workspace, tiny_model_dir, sources) == first
+    assert build(workspace, tiny_model_dir, sources) == first
     assert Path(first.path).stat().st_mtime_ns == mtime, "same inputs must not rebuild"
     Path(first.path).unlink()
-    assert _build(workspace, tiny_model_dir, sources) == first
+    assert build(workspace, tiny_model_dir, sources) == first
     assert Path(first.path).read_bytes() == data
-    other = _build(workspace, tiny_model_dir, sources, seed=8)
+    other = build(workspace, tiny_model_dir, sources, seed=8)
     assert other.path != first.path and Path(other.path).read_bytes() != data
 
 
@@ -124,10 +169,10 @@ def test_too_many_samples_names_the_maximum(
     workspace: Workspace, tiny_model_dir: Path, sources: list[SourceSpec]
 ) -> None:
     with pytest.raises(UserError, match=r"at most \d+ samples") as caught:
-        _build(workspace, tiny_model_dir, sources, samples=5000)
+        build(workspace, tiny_model_dir, sources, samples=5000)
     most = int(str(caught.value).split("at most ")[1].split()[0])
     assert 10 < most < 5000
-    assert _build(workspace, tiny_model_dir, sources, samples=most).samples == most
+    assert build(workspace, tiny_model_dir, sources, samples=most).samples == most
 
 
 def test_short_text_uses_overlapping_windows(
@@ -139,7 +184,7 @@ def test_short_text_uses_overlapping_windows(
         for p in ("ko/law.txt", "ko/bills/1.txt")
     )
     disjoint_at_most = ko_tokens // (SEQ_LEN - 1)
-    record = _build(workspace, tiny_model_dir, sources, mix="ko100", samples=disjoint_at_most + 5)
+    record = build(workspace, tiny_model_dir, sources, mix="ko100", samples=disjoint_at_most + 5)
     assert record.samples == disjoint_at_most + 5
 
 
@@ -147,26 +192,82 @@ def test_share_too_far_from_the_mix_is_an_error(
     workspace: Workspace, tiny_model_dir: Path, sources: list[SourceSpec]
 ) -> None:
     with pytest.raises(UserError, match=r"ko token share 0\.50"):
-        _build(workspace, tiny_model_dir, sources, samples=2)
+        build(workspace, tiny_model_dir, sources, samples=2)
 
 
 def test_holdout_source_is_never_used(
     workspace: Workspace, tiny_model_dir: Path, sources: list[SourceSpec]
 ) -> None:
-    record = _build(workspace, tiny_model_dir, sources, mix="ko100", samples=30)
+    record = build(workspace, tiny_model_dir, sources, mix="ko100", samples=30)
     assert HOLDOUT_MARK not in Path(record.path).read_text(encoding="utf-8")
     assert {source.name for source in record.sources} == {"law", "bills", "novel"}
 
 
-def test_repo_catalog_declares_offline_holdout_and_pinned_hub_sources() -> None:
-    catalog = load_catalog()
-    offline = default_sources(catalog)
-    assert {s.lang for s in offline} == {"ko", "en"}
-    assert all(s.glob and not s.holdout for s in offline)
-    held = holdout_sources(catalog)
-    assert held and all(s.lang == "ko" for s in held)
-    assert {s.glob for s in held}.isdisjoint({s.glob for s in offline})
-    assert any(s.hub_id for s in catalog) and not any(s.hub_id for s in offline)
+def test_sequence_length_above_the_model_context_is_refused(
+    workspace: Workspace, tiny_model_dir: Path, sources: list[SourceSpec]
+) -> None:
+    context = json.loads((tiny_model_dir / "config.json").read_text())["max_position_embeddings"]
+    with pytest.raises(UserError, match=rf"--seq-len {context + 1} is above the context of tiny \({context}"):
+        build(workspace, tiny_model_dir, sources, seq_len=context + 1)
+
+
+def test_repeated_paragraphs_and_near_copies_are_dropped_and_counted(
+    workspace: Workspace, tiny_model_dir: Path, sources: list[SourceSpec]
+) -> None:
+    original = korean_prose(4, 30)
+    paragraphs = original.split("\n\n")
+    # the same paragraphs again (exact repeats), then one paragraph copying them all with one word in
+    # 50 changed (a near repeat)
+    words = original.replace("\n\n", "\n").split(" ")
+    near_copy = " ".join("변경" if i % 50 == 25 else w for i, w in enumerate(words))
+    write_source(
+        workspace, "ko/copies.txt", original + "\n\n" + "\n\n".join(paragraphs[:5]) + "\n\n" + near_copy
+    )
+    copies = SourceSpec(name="copies", lang="ko", glob="ko/copies.txt", origin="test")
+    record = build(workspace, tiny_model_dir, [*sources, copies], mix="ko100", samples=40)
+    assert record.dropped["duplicate_paragraphs"] == 5
+    assert record.dropped["near_duplicate"] >= 3
+    lines = sample_lines(record)
+    from quantize.dedup import NearDuplicates
+
+    index = NearDuplicates()
+    assert not any(index.is_near_duplicate(line["text"]) for line in lines)
+
+
+def test_off_language_windows_are_dropped(
+    workspace: Workspace, tiny_model_dir: Path, sources: list[SourceSpec]
+) -> None:
+    # a "Korean" source whose second half is untranslated English, as in the Korean Debian FAQ
+    write_source(workspace, "ko/law.txt", korean_prose(1, 40) + "\n\n" + english_prose(5, 40))
+    record = build(workspace, tiny_model_dir, sources, mix="ko100", samples=20)
+    assert record.dropped["off_language"] > 0
+    assert all(line["hangul_fraction"] >= 0.5 for line in sample_lines(record))
+    assert record.measured_shares == {"ko": 1.0}
+
+
+def test_chat_template_frames_each_sample_token_exact(
+    workspace: Workspace, tiny_model_dir: Path, sources: list[SourceSpec], tmp_path: Path
+) -> None:
+    model = tmp_path / "chat-tiny"
+    model.mkdir()
+    for path in tiny_model_dir.iterdir():
+        (model / path.name).write_bytes(path.read_bytes())
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    config["chat_template"] = (
+        "{{ bos_token }}{% for m in messages %}<|user|>\n{{ m['content'] }}<|end|>\n{% endfor %}"
+    )
+    (model / "tokenizer_config.json").write_text(json.dumps(config))
+    record = build(workspace, model, sources, chat_template=True)
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    lines = sample_lines(record)
+    assert record.chat_template and len(lines) == 10
+    for line in lines:
+        assert line["text"].startswith("<|user|>\n") and line["text"].endswith("<|end|>\n")
+        ids = tokenizer(line["text"])["input_ids"]
+        assert len(ids) == SEQ_LEN == line["tokens"]
+        assert ids.count(tokenizer.bos_token_id) == 1, "the template's BOS is the tokenizer's, not a second"
+    with pytest.raises(UserError, match="has no chat template"):
+        build(workspace, tiny_model_dir, sources, chat_template=True)
 
 
 def test_missing_source_files_say_how_to_fetch_them(workspace: Workspace, tiny_model_dir: Path) -> None:

