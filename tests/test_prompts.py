@@ -9,15 +9,8 @@ from typing import Any
 
 import pytest
 
-from evals.prompts import (
-    TASKS_DIR,
-    kmmlu_hard_dir,
-    kmmlu_hard_rows,
-    load_prompts,
-    mmlu_rows,
-    prepare_tasks,
-    stratified_sample,
-)
+from evals.benchmark_data import kmmlu_hard_dir, kmmlu_hard_rows, mmlu_rows
+from evals.prompts import TASKS, TASKS_DIR, load_prompts, prepare_tasks, stratified_sample
 from kqe.errors import UserError
 from kqe.workspace import Workspace
 
@@ -133,26 +126,41 @@ def test_prepare_tasks_is_keyed_reused_and_ids_are_stable(tmp_path: Path) -> Non
 
 
 def test_unknown_task_and_missing_source_are_user_errors(workspace: Workspace, tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="kmmlu_hard, mmlu"):
-        prepare_tasks(workspace, ["kmmlu"], None, seed=0)
-    with pytest.raises(UserError, match="kmmlu_hard, mmlu"):
+    known = ", ".join(TASKS)
+    assert known.startswith("kmmlu, kmmlu_5shot, kmmlu_hard, mmlu, mmlu_5shot")
+    with pytest.raises(UserError, match=f"'hellaswag'.*{known}$"):
+        prepare_tasks(workspace, ["kmmlu", "hellaswag"], None, seed=0)
+    with pytest.raises(UserError, match=known):
         load_prompts("hellaswag", tmp_path)
+    with pytest.raises(UserError, match="kmmlu and kmmlu_5shot both fill the kmmlu_"):
+        prepare_tasks(workspace, ["kmmlu", "kmmlu_5shot"], None, seed=0)
     with pytest.raises(UserError, match=r"mmlu\.jsonl"):
         prepare_tasks(workspace, ["mmlu"], None, seed=0)
 
 
-def _stock_prompts(stock_yaml: Path, docs: list[dict[str, Any]]) -> list[tuple[tuple[str, str], ...]]:
-    """Request arguments lm-eval's own task (its installed YAML) builds for `docs`."""
+def _stock_prompts(
+    stock_yaml: Path,
+    docs: list[dict[str, Any]],
+    shots: int = 0,
+    shot_docs: list[dict[str, Any]] | None = None,
+) -> list[tuple[tuple[str, str], ...]]:
+    """Request arguments lm-eval's own task (its installed YAML) builds for `docs`; with `shots`, its
+    own few-shot machinery (`first_n` sampler) takes them from `shot_docs` as the dev split, or from
+    `docs` themselves (lm-eval then leaves out the scored doc)."""
     import datasets
     from lm_eval.api.task import ConfigurableTask
     from lm_eval.tasks._yaml_loader import load_yaml
 
     def dataset(**_: Any) -> datasets.DatasetDict:
         split = datasets.Dataset.from_list(docs)
-        return datasets.DatasetDict({"test": split, "dev": split})
+        dev = split if shot_docs is None else datasets.Dataset.from_list(shot_docs)
+        return datasets.DatasetDict({"test": split, "dev": dev})
 
     config = load_yaml(stock_yaml) | {"custom_dataset": dataset}
     config.pop("tag", None)
+    if shots:
+        split = "test" if shot_docs is None else "dev"
+        config |= {"num_fewshot": shots, "fewshot_split": split, "fewshot_config": {"sampler": "first_n"}}
     task = ConfigurableTask(config=config)
     task.build_all_requests()
     by_doc: dict[int, list[Any]] = {}

@@ -45,6 +45,21 @@ def load_mmlu(**options: Any) -> datasets.DatasetDict:
     return _load("mmlu", options)
 
 
+def load_mmlu_5shot(**options: Any) -> datasets.DatasetDict:
+    """`custom_dataset` of kqe_mmlu_5shot."""
+    return _load("mmlu_5shot", options)
+
+
 def load_kmmlu_hard(**options: Any) -> datasets.DatasetDict:
     """`custom_dataset` of kqe_kmmlu_hard."""
     return _load("kmmlu_hard", options)
+
+
+def load_kmmlu(**options: Any) -> datasets.DatasetDict:
+    """`custom_dataset` of kqe_kmmlu."""
+    return _load("kmmlu", options)
+
+
+def load_kmmlu_5shot(**options: Any) -> datasets.DatasetDict:
+    """`custom_dataset` of kqe_kmmlu_5shot."""
+    return _load("kmmlu_5shot", options)
