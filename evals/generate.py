@@ -1,0 +1,157 @@
+"""Generative scoring through a running `vllm serve`: one greedy short answer per item, scored in Korean.
+
+Request:  POST /v1/completions {"model", "prompt": [token ids], "max_tokens": MAX_NEW_TOKENS,
+          "temperature": 0, "stop": ["\\n"]}
+Response: choices[0].text, the answer without the stop string (vLLM's default skips special tokens).
+
+This is what lm-eval's `generate_until` does with `until: ["\\n"]` and `do_sample: false` (the ko_rag_gen
+YAML): the prompt is encoded the way its hf model encodes (BOS added unless present), generation
+stops at the tokenizer's EOS or the first newline, special tokens are dropped when decoding, and the
+text is cut at the stop string. Answers are scored by evals/rag_metrics.py; each item's result keeps
+the generated text, F1 and Hangul share, with `correct` = exact match for the paired statistics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Generator
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from evals.rag_metrics import score_answer
+from evals.rag_task import ABSTAIN, MAX_NEW_TOKENS, TASK, RagItem
+from evals.score import ChoiceTokenizer, CompletionsClient, prompt_sha, summarize
+from kqe.errors import UserError
+from kqe.io import JsonlAppender, read_jsonl
+from kqe.records import ItemResult, ScoreRun
+
+log = logging.getLogger(__name__)
+
+STOP = ("\n",)
+"""Generation stops at the first newline: answers are one short line."""
+
+
+def generation_request(served_name: str, prompt_ids: list[int]) -> dict[str, Any]:
+    return {
+        "model": served_name,
+        "prompt": prompt_ids,
+        "max_tokens": MAX_NEW_TOKENS,
+        "temperature": 0,
+        "stop": list(STOP),
+    }
+
+
+def generated_text(response: dict[str, Any], item_id: str) -> str:
+    try:
+        text = response["choices"][0]["text"]
+    except (KeyError, IndexError, TypeError):
+        raise RuntimeError(f"{item_id}: response has no generated text: {response}") from None
+    if not isinstance(text, str):
+        raise RuntimeError(f"{item_id}: generated text is not a string: {response}")
+    return text
+
+
+def generation_result(item: RagItem, text: str) -> ItemResult:
+    """An item's result: `correct` is exact match; gold 0 is the reference answer, pred 0 when it
+    matched exactly and -1 otherwise."""
+    score = score_answer(text, item.answers, item.answerable)
+    return ItemResult(
+        task=TASK,
+        subject=item.subject,
+        item_id=item.item_id,
+        gold=0,
+        pred=0 if score.exact else -1,
+        correct=score.exact,
+        choice_logprobs=[],
+        prompt_sha=prompt_sha(item.prompt),
+        generated=text,
+        reference=item.answers[0] if item.answerable else ABSTAIN,
+        f1=score.f1,
+        hangul_share=score.hangul_share,
+    )
+
+
+class GenerationClient(CompletionsClient):
+    """The completions client, asking for generated text instead of choice log-probs."""
+
+    def generate(self, prompt_ids: list[int], item_id: str) -> str:
+        body = generation_request(self.served_name, prompt_ids)
+        return generated_text(self._call("POST", "/v1/completions", body), item_id)
+
+
+def _resumable(items_path: Path, items: list[RagItem]) -> list[ItemResult]:
+    """Results in `items_path` to keep: one per item, none scored on another prompt."""
+    shas = {item.item_id: prompt_sha(item.prompt) for item in items}
+    kept: dict[str, ItemResult] = {}
+    for result in read_jsonl(items_path, ItemResult):
+        if result.item_id in shas and result.prompt_sha != shas[result.item_id]:
+            log.warning("%s: %s was scored on another prompt; scoring it again", items_path, result.item_id)
+            continue
+        kept.setdefault(result.item_id, result)
+    return list(kept.values())
+
+
+def score_generation(
+    items: list[RagItem],
+    tokenizer_dir: Path,
+    base_url: str,
+    api_key: str,
+    served_name: str,
+    items_path: Path,
+    checkpoint: str,
+    profile_key: str,
+    concurrency: int = 8,
+    progress: Callable[[int, int], None] | None = None,
+) -> ScoreRun:
+    """Generate and score every item through the server, resuming from `items_path` (one flushed line
+    per finished item, so a crash loses at most the requests in flight)."""
+    kept = _resumable(items_path, items)
+    wanted = {item.item_id for item in items}
+    results = {result.item_id: result for result in kept if result.item_id in wanted}
+    todo = [item for item in items if item.item_id not in results]
+    items_per_s = None
+    if progress:
+        progress(len(results), len(items))
+    with JsonlAppender(items_path, keep=kept) as appender:
+        if todo:
+            tokenizer = ChoiceTokenizer(tokenizer_dir)
+            encoded = [(item, tokenizer.tok_encode(item.prompt)) for item in todo]
+            started = time.perf_counter()
+            scored = _generate(
+                encoded, GenerationClient(base_url, api_key, served_name, concurrency), concurrency
+            )
+            with contextlib.closing(scored):  # on any error: stop the pool, drop what is in flight
+                for result in scored:
+                    appender.append(result)
+                    results[result.item_id] = result
+                    if progress:
+                        progress(len(results), len(items))
+            items_per_s = len(todo) / (time.perf_counter() - started)
+            log.info("%s %s: %d items at %.2f items/s", checkpoint, TASK, len(todo), items_per_s)
+    return summarize(list(results.values()), checkpoint, TASK, items_path, profile_key, items_per_s)
+
+
+def _generate(
+    encoded: list[tuple[RagItem, list[int]]], client: GenerationClient, concurrency: int
+) -> Generator[ItemResult, None, None]:
+    """Yield results as they finish, at most `concurrency` requests in flight."""
+    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="kqe-generate")
+    try:
+        served = client.max_model_len()
+        longest = max(encoded, key=lambda pair: len(pair[1]))
+        if len(longest[1]) + MAX_NEW_TOKENS > served:
+            raise UserError(
+                f"{longest[0].item_id} has {len(longest[1])} prompt tokens, more than the served "
+                f"max-model-len {served} allows with {MAX_NEW_TOKENS} answer tokens: prepare ko_rag for it"
+            )
+        futures: dict[Future[str], RagItem] = {
+            pool.submit(client.generate, ids, item.item_id): item for item, ids in encoded
+        }
+        for future in as_completed(futures):
+            yield generation_result(futures[future], future.result())
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        client.close()

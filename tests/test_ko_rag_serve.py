@@ -1,0 +1,122 @@
+"""ko_rag through a real `vllm serve` of the tiny model, item by item against stock lm-eval (`--model hf`).
+
+Both paths run the model in float32 (as tests/test_score.py explains), so greedy generation and the
+letters' log-probs agree unless two tokens are within kernel noise. The tiny model answers garbage:
+these tests assert structure, determinism and agreement, not quality.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evals import generate, rag_task, score
+from evals.prompts import TASKS_DIR
+from kqe.io import read_jsonl
+from kqe.records import ItemResult
+from kqe.workspace import Workspace
+from tests.conftest import REPO, needs_serve_env
+from tests.test_ko_rag import DOCS, QUESTIONS, write_jsonl
+
+TOLERANCE = 1e-4
+"""Largest |log-prob difference| (nats) between the server and lm-eval hf in float32."""
+
+
+@pytest.fixture(scope="module")
+def prepared(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Workspace, Path]:
+    base = tmp_path_factory.mktemp("ko_rag")
+    ws = Workspace(root=base / "project", cache=base / "cache", serve_venv=REPO / ".venv-serve")
+    write_jsonl(base / "rag" / "docs.jsonl", DOCS)
+    write_jsonl(base / "rag" / "questions.jsonl", QUESTIONS)
+    return ws, rag_task.prepare_ko_rag(ws, tiny_model_dir, 2048, None, 0, base / "rag")
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir: Path, prepared: tuple[Workspace, Path]) -> Iterator[Any]:
+    from evals.serve import VllmServer, load_profile
+
+    ws = prepared[0]
+    profile = load_profile("cpu-ci").model_copy(update={"dtype": "float32"})
+    with VllmServer(tiny_model_dir, "tiny", profile, ws, ws.root / "logs" / "tiny.log") as running:
+        yield running
+
+
+def _generate(
+    server: Any, items: list[rag_task.RagItem], tokenizer: Path, path: Path
+) -> dict[str, ItemResult]:
+    args = (server.base_url, server.api_key, server.served_name, path, "tiny", "test-profile")
+    run = generate.score_generation(items, tokenizer, *args, concurrency=4)
+    results = {result.item_id: result for result in read_jsonl(Path(run.items_path), ItemResult)}
+    assert run.n_items == len(results) == len(items)
+    return results
+
+
+@pytest.mark.slow
+@needs_serve_env
+def test_generation_and_choices_match_lm_eval_hf_item_by_item(
+    server: Any, tiny_model_dir: Path, prepared: tuple[Workspace, Path]
+) -> None:
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    ws, folder = prepared
+    rows = rag_task.read_rows(folder)
+    items = rag_task.generation_items(rows)
+    ours = _generate(server, items, tiny_model_dir, ws.root / "gen.jsonl")
+    args = (server.base_url, server.api_key, server.served_name, ws.root / "mc.jsonl", "tiny", "test-profile")
+    choice_run = score.score_task(rag_task.choice_items(rows), tiny_model_dir, *args, concurrency=4)
+    choices = {r.item_id: r for r in read_jsonl(Path(choice_run.items_path), ItemResult)}
+
+    manager = TaskManager(include_path=str(TASKS_DIR), metadata={"kqe_task_data": str(folder)})
+    reference = lm_eval.simple_evaluate(
+        model="hf", model_args=f"pretrained={tiny_model_dir},dtype=float32", tasks=["ko_rag"],
+        task_manager=manager, log_samples=True, batch_size=1, device="cpu",
+    )  # fmt: skip
+    assert reference is not None
+    generated = reference["samples"]["ko_rag_gen"]
+    assert len(generated) == len(items) == 12
+    for sample in generated:
+        result = ours[sample["doc"]["item_id"]]
+        assert sample["arguments"][0][0] == sample["doc"]["prompt"]  # the prompt we sent, byte for byte
+        assert result.prompt_sha == score.prompt_sha(sample["doc"]["prompt"])
+        assert result.generated == sample["resps"][0][0], result.item_id
+        assert (float(result.correct), result.f1) == (sample["em"], pytest.approx(sample["f1"]))
+    decided = 0
+    for sample in reference["samples"]["ko_rag_mc"]:
+        result = choices[sample["doc"]["mc_item_id"]]
+        hf = [float(response[0][0]) for response in sample["resps"]]
+        assert result.choice_logprobs == pytest.approx(hf, abs=TOLERANCE), result.item_id
+        top, second = sorted(hf, reverse=True)[:2]
+        if top - second > 2 * TOLERANCE:
+            decided += 1
+            assert result.pred == hf.index(top), result.item_id
+    assert decided >= 10
+
+
+@pytest.mark.slow
+@needs_serve_env
+def test_generation_is_deterministic_and_resumes(
+    server: Any, tiny_model_dir: Path, prepared: tuple[Workspace, Path]
+) -> None:
+    ws, folder = prepared
+    items = rag_task.generation_items(rag_task.read_rows(folder))
+    first = _generate(server, items, tiny_model_dir, ws.root / "first.jsonl")
+    second = _generate(server, items, tiny_model_dir, ws.root / "second.jsonl")
+    assert {k: r.generated for k, r in first.items()} == {k: r.generated for k, r in second.items()}
+    for result in first.values():
+        assert result.task == "ko_rag" and result.choice_logprobs == [] and result.generated is not None
+        assert result.f1 is not None and 0.0 <= result.f1 <= 1.0 and result.correct == (result.pred == 0)
+        assert result.item_id.rsplit("/", 1)[-1] in ("1k", "2k")
+    args = (
+        server.base_url,
+        server.api_key,
+        server.served_name,
+        ws.root / "first.jsonl",
+        "tiny",
+        "test-profile",
+    )
+    again = generate.score_generation(items, tiny_model_dir, *args)
+    assert again.items_per_s is None and again.n_items == len(items)
