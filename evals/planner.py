@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from evals.vllm_memory import (
+    ADVISED_SCHEMES,
     BATCHES_IN_FLIGHT,
     DEDICATED_UTILIZATION,
     KV_CACHE_DTYPE_BYTES,
@@ -334,7 +335,7 @@ def _quantization_advice(ev: Evaluation) -> list[str]:
         return []  # a fixed pool does not grow when the weights shrink
     current = weights_bytes(req.model, req.scheme, req.tensor_parallel_size)
     lighter = sorted(
-        (s for s in WEIGHT_FORMATS if weights_bytes(req.model, s, req.tensor_parallel_size) < current),
+        (s for s in ADVISED_SCHEMES if weights_bytes(req.model, s, req.tensor_parallel_size) < current),
         key=lambda s: -_bits(WEIGHT_FORMATS[s]),
     )
     lines = []

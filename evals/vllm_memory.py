@@ -73,8 +73,15 @@ class WeightFormat:
 WEIGHT_FORMATS: dict[str, WeightFormat] = {
     "bf16": WeightFormat(bits=16),
     "awq-w4a16": WeightFormat(bits=4, group_size=128),
+    "autoawq-w4a16": WeightFormat(bits=4, group_size=128),
+    "gptq-w4a16": WeightFormat(bits=4, group_size=128),
+    "w4a16-rtn": WeightFormat(bits=4, group_size=128),
     "fp8-dynamic": WeightFormat(bits=8, channel_scale_bytes=4),
+    "fp8-static": WeightFormat(bits=8),
+    "w8a8-int8": WeightFormat(bits=8, channel_scale_bytes=4),
 }
+ADVISED_SCHEMES = ("awq-w4a16", "fp8-dynamic")
+"""What `kqe plan` suggests when the weights do not fit: the guide's two first picks."""
 
 
 @dataclass(frozen=True)

@@ -81,10 +81,8 @@ def observe_awq_mappings(report: dict[str, Any]) -> None:
     AWQModifier._set_resolved_mappings = resolve_and_note  # type: ignore[method-assign]
 
 
-def calibration_dataset(path: Path, tokenizer: Any, seq_len: int) -> Any:
+def calibration_ids(path: Path, tokenizer: Any, seq_len: int) -> list[list[int]]:
     """The samples as token ids, checked to be exactly the token counts the set recorded."""
-    from datasets import Dataset
-
     ids = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         sample = json.loads(line)
@@ -95,6 +93,14 @@ def calibration_dataset(path: Path, tokenizer: Any, seq_len: int) -> Any:
                 f"(seq_len {seq_len}): built with another tokenizer?"
             )
         ids.append(tokens)
+    return ids
+
+
+def calibration_dataset(path: Path, tokenizer: Any, seq_len: int) -> Any:
+    """The samples as a `datasets.Dataset` of token ids for llmcompressor."""
+    from datasets import Dataset
+
+    ids = calibration_ids(path, tokenizer, seq_len)
     return Dataset.from_dict({"input_ids": ids, "attention_mask": [[1] * len(t) for t in ids]})
 
 
@@ -123,7 +129,9 @@ def run(job: OneshotJob) -> dict[str, Any]:
             "num_calibration_samples": len(dataset),
             "shuffle_calibration_samples": False,  # the set is already shuffled under its seed
         }
-    oneshot(model=model, tokenizer=tokenizer, recipe=recipe_for(job.scheme, job.recipe).modifiers(), **data)
+    module_names = frozenset(name for name, _ in model.named_modules())
+    recipe = recipe_for(job.scheme, job.recipe).modifiers(module_names)
+    oneshot(model=model, tokenizer=tokenizer, recipe=recipe, **data)
     calibrated = time.monotonic()
     model.save_pretrained(out, save_compressed=True)
     # Copied, not re-saved: the checkpoint must tokenize exactly as the base does.

@@ -1,36 +1,48 @@
-"""Checkpoint builds: the bf16 base as is, quantized schemes through llmcompressor in a child process.
+"""Checkpoint builds: the bf16 base as is, quantized schemes in a child process (llmcompressor or autoawq).
 
-A built checkpoint lives in `ws.checkpoints(model)/<scheme>-<key>/` with its `checkpoint.json`; the
-child writes into a hidden `.tmp` folder that is renamed only after the output has been verified, so
-a folder with that name is complete. A leftover `.tmp` folder (a killed build) is deleted, never used.
+A built checkpoint lives in `ws.checkpoints(model)/<scheme>-<key>/` with its `checkpoint.json`. A
+build holds `<scheme>-<key>.lock` (released by the kernel if the process dies), writes into a fresh
+hidden `.<scheme>-<key>.<random>.tmp` folder, and renames it into place only after the output has
+been verified; the record is written last. So a folder with that name and a record of this format is
+complete, and a killed build leaves only `.tmp` folders that the next build of that key deletes. The
+child gets SIGKILL when its parent dies (`setpriv --pdeathsig`), so it cannot go on writing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
+import importlib.util
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from kqe.errors import UserError
 from kqe.io import read_record, sha256_file, write_atomic, write_record
-from kqe.records import CalibrationSet, Checkpoint, content_hash, package_versions
+from kqe.records import SCHEMA_VERSION, CalibrationSet, Checkpoint, content_hash, package_versions
 from kqe.workspace import Workspace
+from quantize import layout
 from quantize._oneshot import REPORT_NAME, OneshotJob
 from quantize.calibration import tokenizer_hash
-from quantize.schemes import Recipe, SchemeInfo, scheme_info
+from quantize.schemes import AUTOAWQ_INSTALL, Recipe, SchemeInfo, scheme_info
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_RECORD = "checkpoint.json"
 PACKAGES = ("llmcompressor", "compressed-tensors", "transformers", "torch")
+AUTOAWQ_PACKAGES = ("autoawq", "transformers", "torch")
+_CHILD_MODULES = {"llmcompressor": "quantize._oneshot", "autoawq": "quantize._autoawq"}
 _REPO = Path(__file__).resolve().parents[1]
 _DIGEST_CACHE = ".base-digests.json"
 """Per-file sha256 of base weights, keyed by path, size and mtime: big models are hashed once."""
@@ -44,13 +56,17 @@ def build_checkpoint(
     recipe: Recipe,
     calibration: CalibrationSet | None,
     progress: Callable[[int, int], None] | None = None,
+    name: str | None = None,
 ) -> Checkpoint:
     """Build (or reuse) the `scheme` checkpoint of `model` from the bf16 weights in `base_dir`.
 
-    `calibration` is used only by schemes that need it. `bf16` copies nothing: its checkpoint is
-    `base_dir`, described by a manifest in `ws.checkpoints(model)`.
+    `calibration` is used only by schemes that need it. `name` is the checkpoint's name in the
+    matrix (default: the scheme; e.g. `awq-w4a16-ko70`); builds are keyed by their inputs, not by
+    name. `bf16` copies nothing: its checkpoint is `base_dir`, described by a manifest in
+    `ws.checkpoints(model)`.
     """
     info = scheme_info(scheme)
+    name = name or scheme
     if not isinstance(recipe, info.recipe_type):
         raise UserError(
             f"recipe {type(recipe).__name__} is not a {scheme} recipe: use recipe_for({scheme!r})"
@@ -58,45 +74,56 @@ def build_checkpoint(
     calib = calibration if info.needs_calibration else None
     if info.needs_calibration and calib is None:
         raise UserError(f"{scheme} needs a calibration set: pass --calibration (e.g. ko70)")
-    versions = package_versions(PACKAGES)
+    check_recipe(base_dir, recipe, f"{name} of {model}")
+    versions = package_versions(AUTOAWQ_PACKAGES if info.builder == "autoawq" else PACKAGES)
     key = content_hash(
         {
             "model": model,
-            "base": base_digest(ws, model, base_dir),
+            "base": weights_digest(ws, model, base_dir),
             "scheme": scheme,
             "recipe": recipe.model_dump(mode="json"),
             "calibration": calib.sha256 if calib else None,
             # the builder's versions decide the output bytes; the base is the same whatever they are
-            "builder": [versions["llmcompressor"], versions["compressed-tensors"]]
-            if info.checkpoint_format
-            else None,
+            "builder": None if info.builder == "base" else [versions[p] for p in sorted(versions)],
         }
     )
-    if info.checkpoint_format is None:
-        return _base_checkpoint(ws, model, base_dir, recipe, key, versions)
-    return _quantized_checkpoint(ws, model, base_dir, info, recipe, calib, key, versions, progress)
+    if info.builder == "base":
+        return _base_checkpoint(ws, model, base_dir, recipe, key, versions, name)
+    job = _Build(ws, model, base_dir, info, recipe, calib, key, versions, name)
+    return _quantized_checkpoint(job, progress)
 
 
-def weight_files(directory: Path) -> list[Path]:
-    return sorted(directory.glob("*.safetensors"))
+def check_recipe(base_dir: Path, recipe: Recipe, what: str) -> None:
+    """What can be checked before quantizing: autoawq is installed when the recipe needs it, and the
+    group size suits the layers (`check_group_size`)."""
+    if scheme_info(recipe.scheme).builder == "autoawq" and importlib.util.find_spec("awq") is None:
+        raise UserError(f"{what}: needs the optional autoawq package: {AUTOAWQ_INSTALL} (into .venv)")
+    check_group_size(base_dir, recipe, what)
+
+
+def check_group_size(base_dir: Path, recipe: Recipe, what: str) -> None:
+    """UserError unless every grouped layer's input width is a multiple of the recipe's group size
+    (safetensors headers only: cheap, before any calibration)."""
+    group_size = recipe.layer_group_size()
+    if group_size is not None:
+        layout.check_group_size(base_dir, group_size, recipe.unquantized_modules(), what)
 
 
 def weight_bytes(directory: Path) -> int:
     """Bytes of the safetensors weights (what vLLM loads; tokenizer and configs left out)."""
-    return sum(path.stat().st_size for path in weight_files(directory))
+    return sum(path.stat().st_size for path in layout.weight_files(directory))
 
 
-def base_digest(ws: Workspace, model: str, base_dir: Path) -> str:
-    """sha256 over the base's config.json and safetensors files (cached per file by size and mtime)."""
-    files = weight_files(base_dir)
-    if not files or not (base_dir / "config.json").is_file():
-        raise UserError(
-            f"{base_dir} has no config.json + *.safetensors: install the model first (make setup)"
-        )
+def weights_digest(ws: Workspace, model: str, directory: Path) -> str:
+    """sha256 over a model folder's config.json and safetensors files (cached per file by size and
+    mtime, in `ws.checkpoints(model)`)."""
+    if not (directory / "config.json").is_file():
+        raise UserError(f"{directory} has no config.json: point at a model folder (or run make setup)")
+    files = layout.weight_files(directory)
     cache_path = ws.checkpoints(model) / _DIGEST_CACHE
     cache = json.loads(cache_path.read_text(encoding="utf-8")) if cache_path.exists() else {}
     digest = hashlib.sha256()
-    for path in [base_dir / "config.json", *files]:
+    for path in [directory / "config.json", *files]:
         stat = path.stat()
         entry = cache.get(str(path.resolve()), {})
         if entry.get("size") != stat.st_size or entry.get("mtime_ns") != stat.st_mtime_ns:
@@ -107,14 +134,27 @@ def base_digest(ws: Workspace, model: str, base_dir: Path) -> str:
     return digest.hexdigest()
 
 
+def layout_fields(directory: Path, base_dir: Path) -> dict[str, Any]:
+    """The Checkpoint fields that describe where its bytes go (see `quantize.layout`)."""
+    found = layout.weight_layout(directory, base_dir)
+    return {
+        "quantized_bytes": found.quantized_bytes,
+        "unquantized_bytes": found.unquantized_bytes,
+        "params": found.params,
+        "effective_bits": found.effective_bits,
+        "linear_bits": found.linear_bits,
+    }
+
+
 def _base_checkpoint(
-    ws: Workspace, model: str, base_dir: Path, recipe: Recipe, key: str, versions: dict[str, str]
+    ws: Workspace, model: str, base_dir: Path, recipe: Recipe, key: str, versions: dict[str, str], name: str
 ) -> Checkpoint:
     manifest = ws.checkpoints(model) / f"bf16-{key}.json"
-    if manifest.exists():
-        return read_record(manifest, Checkpoint)
+    reused = _read_current(manifest)
+    if reused is not None:
+        return reused.model_copy(update={"name": name})
     record = Checkpoint(
-        name="bf16",
+        name=name,
         scheme="bf16",
         model=model,
         path=str(base_dir.resolve()),
@@ -125,9 +165,21 @@ def _base_checkpoint(
         peak_rss_bytes=0,
         disk_bytes=weight_bytes(base_dir),
         key=key,
+        **layout_fields(base_dir, base_dir),
     )
     write_record(manifest, record)
     return record
+
+
+def _read_current(path: Path) -> Checkpoint | None:
+    """The record at `path` if it is one of this format; None if absent, unreadable or older."""
+    if not path.is_file():
+        return None
+    try:
+        record = read_record(path, Checkpoint)
+    except ValueError:
+        return None
+    return record if record.version == SCHEMA_VERSION else None
 
 
 def verify_output(directory: Path, info: SchemeInfo, base_dir: Path) -> str | None:
@@ -136,12 +188,20 @@ def verify_output(directory: Path, info: SchemeInfo, base_dir: Path) -> str | No
     if not config_path.is_file():
         return "config.json missing"
     quant = json.loads(config_path.read_text(encoding="utf-8")).get("quantization_config")
-    if not isinstance(quant, dict) or quant.get("quant_method") != "compressed-tensors":
-        return "config.json has no compressed-tensors quantization_config"
-    if quant.get("format") != info.checkpoint_format:
-        return f"quantization format {quant.get('format')!r}, expected {info.checkpoint_format!r}"
-    if not weight_files(directory):
-        return "no *.safetensors weights"
+    if info.checkpoint_format == "awq":
+        if not isinstance(quant, dict) or quant.get("quant_method") != "awq":
+            return "config.json has no awq quantization_config"
+        if str(quant.get("version", "")).lower() != "gemm":
+            return f"awq version {quant.get('version')!r}, expected 'gemm'"
+    else:
+        if not isinstance(quant, dict) or quant.get("quant_method") != "compressed-tensors":
+            return "config.json has no compressed-tensors quantization_config"
+        if quant.get("format") != info.checkpoint_format:
+            return f"quantization format {quant.get('format')!r}, expected {info.checkpoint_format!r}"
+    try:
+        layout.read_tensors(directory)
+    except UserError as exc:
+        return str(exc)
     try:
         same_tokenizer = tokenizer_hash(directory) == tokenizer_hash(base_dir)
     except UserError:
@@ -149,86 +209,122 @@ def verify_output(directory: Path, info: SchemeInfo, base_dir: Path) -> str | No
     return None if same_tokenizer else "tokenizer missing or different from the base's"
 
 
-def _reusable(final: Path, key: str, info: SchemeInfo, base_dir: Path) -> Checkpoint | None:
-    record_path = final / CHECKPOINT_RECORD
-    if not record_path.is_file():
-        return None
-    try:
-        record = read_record(record_path, Checkpoint)
-    except ValueError:
-        return None
-    if record.key != key or verify_output(final, info, base_dir) is not None:
-        return None
-    return record
+class _Build:
+    """One quantized build: its inputs and where it goes."""
+
+    def __init__(
+        self,
+        ws: Workspace,
+        model: str,
+        base_dir: Path,
+        info: SchemeInfo,
+        recipe: Recipe,
+        calib: CalibrationSet | None,
+        key: str,
+        versions: dict[str, str],
+        name: str,
+    ) -> None:
+        self.model, self.base_dir, self.info, self.recipe = model, base_dir, info, recipe
+        self.calib, self.key, self.versions, self.name = calib, key, versions, name
+        self.root = ws.checkpoints(model)
+        self.stem = f"{info.name}-{key}"
+        self.final = self.root / self.stem
+        self.log_path = self.root / f"{self.stem}.log"
+
+    def reusable(self) -> Checkpoint | None:
+        record = _read_current(self.final / CHECKPOINT_RECORD)
+        if record is None or record.key != self.key:
+            return None
+        if verify_output(self.final, self.info, self.base_dir) is not None:
+            return None
+        return record.model_copy(update={"name": self.name})
+
+    def delete_leftovers(self) -> None:
+        """Under the lock, every `.tmp` of this key is a killed build's, and an unrecorded final too."""
+        for stale in [*self.root.glob(f".{self.stem}*.tmp"), self.final]:
+            if stale.exists():
+                log.warning("%s: deleting unfinished or unverifiable %s", self.name, stale)
+                shutil.rmtree(stale)
 
 
-def _quantized_checkpoint(
-    ws: Workspace,
-    model: str,
-    base_dir: Path,
-    info: SchemeInfo,
-    recipe: Recipe,
-    calib: CalibrationSet | None,
-    key: str,
-    versions: dict[str, str],
-    progress: Callable[[int, int], None] | None,
-) -> Checkpoint:
-    root = ws.checkpoints(model)
-    final, tmp = root / f"{info.name}-{key}", root / f".{info.name}-{key}.tmp"
-    reused = _reusable(final, key, info, base_dir)
-    if reused is not None:
-        log.info("%s: reusing %s", info.name, final)
-        return reused
-    for stale in (tmp, final):
-        if stale.exists():
-            log.warning("%s: deleting unfinished or unverifiable %s", info.name, stale)
-            shutil.rmtree(stale)
-    if calib is not None and hashlib.sha256(Path(calib.path).read_bytes()).hexdigest() != calib.sha256:
-        raise UserError(f"calibration file {calib.path} changed since it was built: delete it and rebuild")
-    tmp.mkdir(parents=True)
-    job = OneshotJob(
-        base_dir=str(base_dir.resolve()),
-        out_dir=str(tmp),
-        scheme=info.name,
-        recipe=recipe.model_dump(mode="json"),
-        calibration_path=calib.path if calib else None,
-        seq_len=calib.seq_len if calib else None,
-    )
-    log_path = root / f"{info.name}-{key}.log"
-    if progress:
-        progress(0, 1)
-    started = time.monotonic()
-    status, peak_rss = _run_child(job, log_path)
-    wall = time.monotonic() - started
-    problem = _failure(status, log_path) or verify_output(tmp, info, base_dir)
-    if problem:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise UserError(f"{info.name} build of {model} failed: {problem}; log: {log_path}")
-    os.replace(tmp, final)
-    record = Checkpoint(
-        name=info.name,
-        scheme=info.name,
-        model=model,
-        path=str(final),
-        recipe=recipe.model_dump(mode="json"),
-        calibration_hash=calib.sha256 if calib else None,
-        package_versions=versions,
-        wall_s=round(wall, 2),
-        peak_rss_bytes=peak_rss,
-        disk_bytes=weight_bytes(final),
-        key=key,
-    )
-    write_record(final / CHECKPOINT_RECORD, record)
-    timings = json.loads((final / REPORT_NAME).read_text(encoding="utf-8"))
-    log.info("%s built in %.1f s, peak RSS %.2f GiB: %s", info.name, wall, peak_rss / 2**30, timings)
+@contextlib.contextmanager
+def _build_lock(path: Path, name: str) -> Iterator[None]:
+    """Exclusive lock on `path` for one build; another process building the same key waits."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("%s: another process is building it; waiting for it to finish", name)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _quantized_checkpoint(build: _Build, progress: Callable[[int, int], None] | None) -> Checkpoint:
+    with _build_lock(build.root / f"{build.stem}.lock", build.name):
+        reused = build.reusable()
+        if reused is not None:
+            log.info("%s: reusing %s", build.name, build.final)
+            return reused
+        build.delete_leftovers()
+        calib = build.calib
+        if calib is not None and hashlib.sha256(Path(calib.path).read_bytes()).hexdigest() != calib.sha256:
+            raise UserError(
+                f"calibration file {calib.path} changed since it was built: delete it and rebuild"
+            )
+        tmp = build.root / f".{build.stem}.{secrets.token_hex(4)}.tmp"  # mkdir: the umask's mode
+        tmp.mkdir()
+        job = OneshotJob(
+            base_dir=str(build.base_dir.resolve()),
+            out_dir=str(tmp),
+            scheme=build.info.name,
+            recipe=build.recipe.model_dump(mode="json"),
+            calibration_path=calib.path if calib else None,
+            seq_len=calib.seq_len if calib else None,
+        )
+        if progress:
+            progress(0, 1)
+        log.info("%s: building in a child process (log: %s)", build.name, build.log_path)
+        started = time.monotonic()
+        status, peak_rss = _run_child(_CHILD_MODULES[build.info.builder], job, build.log_path)
+        wall = time.monotonic() - started
+        problem = _failure(status, build.log_path) or verify_output(tmp, build.info, build.base_dir)
+        if problem:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise UserError(f"{build.name} build of {build.model} failed: {problem}; log: {build.log_path}")
+        os.replace(tmp, build.final)
+        record = Checkpoint(
+            name=build.name,
+            scheme=build.info.name,
+            model=build.model,
+            path=str(build.final),
+            recipe=build.recipe.model_dump(mode="json"),
+            calibration_hash=calib.sha256 if calib else None,
+            package_versions=build.versions,
+            wall_s=round(wall, 2),
+            peak_rss_bytes=peak_rss,
+            disk_bytes=weight_bytes(build.final),
+            key=build.key,
+            **layout_fields(build.final, build.base_dir),
+        )
+        write_record(build.final / CHECKPOINT_RECORD, record)
+    timings = json.loads((build.final / REPORT_NAME).read_text(encoding="utf-8"))
+    log.info("%s built in %.1f s, peak RSS %.2f GiB: %s", build.name, wall, peak_rss / 2**30, timings)
     if progress:
         progress(1, 1)
     return record
 
 
-def _run_child(job: OneshotJob, log_path: Path) -> tuple[int, int]:
-    """Run the oneshot child to completion; return its wait status and its own peak RSS in bytes."""
-    command = [sys.executable, "-m", "quantize._oneshot", job.model_dump_json()]
+def _run_child(module: str, job: OneshotJob, log_path: Path) -> tuple[int, int]:
+    """Run the build child to completion; return its wait status and its own peak RSS in bytes."""
+    command = [sys.executable, "-m", module, job.model_dump_json()]
+    setpriv = shutil.which("setpriv")
+    # the parent-death signal follows the thread that forks: only the main thread lives long enough
+    if setpriv and threading.current_thread() is threading.main_thread():
+        command = [setpriv, "--pdeathsig", "KILL", "--", *command]
     with log_path.open("w", encoding="utf-8") as log_file:
         # Progress bars would fill the log with carriage-return frames; the log is read, not watched.
         env = {**os.environ, "TQDM_DISABLE": "1", "TOKENIZERS_PARALLELISM": "false"}

