@@ -207,28 +207,36 @@ def _checkpoint(
     return items
 
 
+def comparison_times(sizes: dict[str, tuple[int, int]], runs: int, candidates: int = 8) -> list[float]:
+    """Seconds per pass over every comparison of one run: `candidates` checkpoints against the base on
+    tasks of (items, subjects), 15% of answers flipped, `runs` passes."""
+    rng = np.random.default_rng(6)
+    base_ok = {task: rng.random(n) < 0.45 for task, (n, _) in sizes.items()}
+    base = _checkpoint(sizes, base_ok, rng)
+    flipped = [
+        {task: ok ^ (rng.random(len(ok)) < 0.15) for task, ok in base_ok.items()} for _ in range(candidates)
+    ]
+    cands = [_checkpoint(sizes, ok, rng) for ok in flipped]
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        for index, cand in enumerate(cands):
+            compare_tasks("base", f"cand{index}", base, cand)
+        times.append(time.perf_counter() - started)
+    return times
+
+
+SPEED_SETUPS = {"kmmlu35k": {"kmmlu": (35_000, 45)}, "both49k": {"kmmlu": (35_030, 45), "mmlu": (14_042, 57)}}
+
+
 def run_speed(runs: int = 5, candidates: int = 8) -> dict[str, float]:
     """All comparisons of one run: 8 candidates against the base, 10,000 resamples each."""
     say(
         f"\n## Speed: {candidates} candidates vs base, {BOOTSTRAP_RESAMPLES} resamples, median of {runs} runs"
     )
-    rng = np.random.default_rng(6)
     row: dict[str, float] = {}
-    setups = {"kmmlu35k": {"kmmlu": (35_000, 45)}, "both49k": {"kmmlu": (35_030, 45), "mmlu": (14_042, 57)}}
-    for label, sizes in setups.items():
-        base_ok = {task: rng.random(n) < 0.45 for task, (n, _) in sizes.items()}
-        base = _checkpoint(sizes, base_ok, rng)
-        flipped = [
-            {task: ok ^ (rng.random(len(ok)) < 0.15) for task, ok in base_ok.items()}
-            for _ in range(candidates)
-        ]
-        cands = [_checkpoint(sizes, ok, rng) for ok in flipped]
-        times = []
-        for _ in range(runs):
-            started = time.perf_counter()
-            for index, cand in enumerate(cands):
-                compare_tasks("base", f"cand{index}", base, cand)
-            times.append(time.perf_counter() - started)
+    for label, sizes in SPEED_SETUPS.items():
+        times = comparison_times(sizes, runs, candidates)
         median = statistics.median(times)
         items = " + ".join(f"{n:,} {task}" for task, (n, _) in sizes.items())
         say(f"{items:32} runs {', '.join(f'{t:.2f}' for t in times)} s   median {median:.2f} s")

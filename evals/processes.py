@@ -35,6 +35,13 @@ def detect_gpu() -> bool:
     return result.returncode == 0 and "GPU" in result.stdout
 
 
+def with_parent_death_signal(command: list[str], sig: signal.Signals) -> list[str]:
+    """`command` run under `setpriv --pdeathsig`, so it gets `sig` when the thread that started it
+    ends, even by SIGKILL; unchanged where setpriv (util-linux) is missing."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", sig.name.removeprefix("SIG"), "--", *command] if setpriv else command
+
+
 def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes of process group `pgid`, read from /proc."""
     members = []

@@ -7,6 +7,11 @@ exit, on exceptions, on Ctrl-C and on SIGTERM.
 A parent killed with SIGKILL cannot clean up. Two things cover that: the server gets the parent-death
 signal SIGTERM (`setpriv --pdeathsig`, when started from the main thread), and its pid is written to
 `<log>.pid`, so the next start with the same log kills a server left behind (`kill_stale_server`).
+A server that dies while in use is started again by `restart` (the pipeline does, `RESTARTS` times).
+
+Security: the server listens on 127.0.0.1 only, with a fresh random API key per server (passed in the
+environment, never on the command line), loads safetensors weights only, and runs a checkpoint's own
+Python code only when `trust_remote_code` is set.
 """
 
 from __future__ import annotations
@@ -17,7 +22,6 @@ import logging
 import os
 import re
 import secrets
-import shutil
 import signal
 import subprocess
 import threading
@@ -40,6 +44,7 @@ from evals.processes import (
     kill_group,
     kill_stale_server,
     wait_group_gone,
+    with_parent_death_signal,
 )
 from kqe.errors import UserError
 from kqe.records import MemoryReport, ServeProfile
@@ -49,6 +54,8 @@ log = logging.getLogger(__name__)
 
 PROFILES_PATH = Path(__file__).with_name("profiles.toml")
 _POLL_S = 0.5
+RESTARTS = 2
+"""Times a server that died while in use is started again before its checkpoint is marked failed."""
 _GiB = 1024**3
 
 
@@ -91,17 +98,36 @@ def load_profile(name: str, path: Path = PROFILES_PATH) -> ServeProfile:
     return profiles[name]
 
 
+def check_serve_env(ws: Workspace) -> Path:
+    """The `vllm` executable of the serve environment; UserError when it is not installed."""
+    vllm_bin = ws.serve_venv / "bin" / "vllm"
+    if not vllm_bin.exists():
+        raise UserError(f"serve environment missing at {ws.serve_venv}: run `make setup`")
+    return vllm_bin
+
+
 # --- pure: command line and environment -------------------------------------------------------
 
 
 def vllm_command(
-    vllm_bin: Path, model_dir: Path, served_name: str, profile: ServeProfile, port: int, on_gpu: bool
+    vllm_bin: Path,
+    model_dir: Path,
+    served_name: str,
+    profile: ServeProfile,
+    port: int,
+    on_gpu: bool,
+    trust_remote_code: bool = False,
 ) -> list[str]:
-    """The `vllm serve` argv for one checkpoint. Holds no secret: the API key travels in the env."""
+    """The `vllm serve` argv for one checkpoint. Holds no secret: the API key travels in the env.
+
+    The server listens on loopback only, reads safetensors weights only (never pickled .bin/.pt),
+    and runs a checkpoint's own Python code only when `trust_remote_code` is set.
+    """
     command = [
         str(vllm_bin), "serve", str(model_dir),
         "--host", HOST,
         "--port", str(port),
+        "--load-format", "safetensors",
         "--served-model-name", served_name,
         "--max-model-len", str(profile.max_model_len),
         "--max-num-seqs", str(profile.max_num_seqs),
@@ -116,6 +142,8 @@ def vllm_command(
         # one access-log line per scoring request would bury the memory lines
         "--disable-uvicorn-access-log",
     ]  # fmt: skip
+    if trust_remote_code:
+        command.append("--trust-remote-code")
     if profile.enforce_eager:
         command.append("--enforce-eager")
     if profile.tensor_parallel_size != 1:
@@ -241,8 +269,10 @@ class VllmServer:
         ws: Workspace,
         log_path: Path,
         start_timeout_s: float = 600,
+        trust_remote_code: bool = False,
     ) -> None:
         self.model_dir = model_dir
+        self.trust_remote_code = trust_remote_code
         self.served_name = served_name
         self.profile = profile
         self.ws = ws
@@ -283,11 +313,16 @@ class VllmServer:
         device: Device = "gpu" if self.on_gpu else "cpu"
         return parse_memory(self._log_text(), self.profile.max_model_len, device=device)
 
-    def start(self) -> None:
+    def restart(self) -> None:
+        """Stop what is left of the server and start it again (new port, same key), keeping its log."""
+        self.stop()
+        with self.log_path.open("a", encoding="utf-8") as log_file:
+            log_file.write("\n[kqe] the server ended unexpectedly; starting it again\n")
+        self.start(append_log=True)
+
+    def start(self, append_log: bool = False) -> None:
         """Start the server and wait until it answers; ServeError (one line) when it cannot."""
-        vllm_bin = self.ws.serve_venv / "bin" / "vllm"
-        if not vllm_bin.exists():
-            raise UserError(f"serve environment missing at {self.ws.serve_venv}: run `make setup`")
+        vllm_bin = check_serve_env(self.ws)
         if not (self.model_dir / "config.json").is_file():
             raise ServeError(f"checkpoint {self.served_name}: {self.model_dir} has no config.json")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -296,7 +331,7 @@ class VllmServer:
         port_asked = forced_port()
         for attempt in (1, 2):
             self.port = port_asked or free_port()
-            self._launch(vllm_bin, append_log=attempt > 1)
+            self._launch(vllm_bin, append_log=append_log or attempt > 1)
             failure = self._wait_ready()
             if failure is None:
                 log.info("serving %s at %s (log %s)", self.served_name, self.base_url, self.log_path)
@@ -341,12 +376,12 @@ class VllmServer:
     def _launch(self, vllm_bin: Path, append_log: bool) -> None:
         assert self.port is not None
         command = vllm_command(
-            vllm_bin, self.model_dir, self.served_name, self.profile, self.port, self.on_gpu
-        )
-        setpriv = shutil.which("setpriv")
+            vllm_bin, self.model_dir, self.served_name, self.profile, self.port, self.on_gpu,
+            self.trust_remote_code,
+        )  # fmt: skip
         # the parent-death signal follows the thread that forks: only the main thread lives long enough
-        if setpriv and _in_main_thread():
-            command = [setpriv, "--pdeathsig", "TERM", "--", *command]
+        if _in_main_thread():
+            command = with_parent_death_signal(command, signal.SIGTERM)
         env = {key: value for key, value in os.environ.items() if key not in _DROPPED_ENV}
         env |= engine_env(self.profile, self.ws, self.on_gpu, self.api_key)
         with self.log_path.open("a" if append_log else "w", encoding="utf-8") as log_file:

@@ -11,6 +11,8 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
+from kqe.faults import pause_point
+
 T = TypeVar("T", bound=BaseModel)
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -39,6 +41,7 @@ def write_atomic(path: Path, text: str) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
+            pause_point(f"write {path.name}")  # fault tests kill here: `path` must stay as it was
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:

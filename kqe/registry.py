@@ -19,7 +19,7 @@ from typing import Any
 
 from kqe.errors import UserError
 from kqe.records import ModelSpec
-from kqe.workspace import Workspace
+from kqe.workspace import Workspace, safe_name
 
 log = logging.getLogger(__name__)
 
@@ -128,12 +128,28 @@ def dense_param_count(
     return layers * (attention + mlp + norms) + embeddings + hidden
 
 
+def check_remote_code(model_dir: Path, trusted: bool) -> None:
+    """UserError when the model ships its own Python code (`auto_map`) and the user did not say to
+    trust it: loading it would run that code."""
+    for name in ("config.json", "tokenizer_config.json"):
+        try:
+            config = json.loads((model_dir / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(config, dict) and config.get("auto_map") and not trusted:
+            raise UserError(
+                f"model {model_dir} ships its own Python code (auto_map in {name}): pass "
+                "--trust-remote-code only if you trust it, or use a model transformers supports natively"
+            )
+
+
 def spec_from_local_dir(path: Path) -> ModelSpec:
     """A ModelSpec for a model directory holding config.json and safetensors weights."""
     if not path.is_dir():
         raise UserError(
             f"model path {path} is not a directory: give a registry name, hf:org/name or a model folder"
         )
+    safe_name(path.name)  # results are filed under the folder's name: refuse one that names nothing now
     config_file = path / "config.json"
     weights = sorted(path.glob("*.safetensors"))
     if not config_file.is_file():

@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from kqe.errors import UserError
+
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -14,7 +16,7 @@ def safe_name(name: str) -> str:
     """A file-name-safe form of a model or checkpoint name that cannot escape its folder."""
     cleaned = _SAFE_NAME.sub("_", name).strip("._")
     if not cleaned:
-        raise ValueError(f"name {name!r} has no usable characters")
+        raise UserError(f"name {name!r} has no letter or digit to name a folder after: rename it")
     return cleaned
 
 

