@@ -1,10 +1,12 @@
 # ko-quant-eval: `make setup` once, then `make eval` (see README.md).
 MODEL ?= gemma3-270m
-SCHEMES ?= bf16,awq-w4a16,fp8-dynamic
+SCHEMES ?= bf16,awq-w4a16,w4a16-rtn,fp8-dynamic
 CALIB ?= ko70,en100
-TASKS ?= kmmlu_hard,mmlu
+TASKS ?= kmmlu,mmlu
 LIMIT ?= 300
 PROFILE ?= cpu-small
+EXTRA ?=
+RECIPES ?=
 EVAL_FLAGS ?=
 KQE ?= .venv/bin/kqe
 
@@ -18,7 +20,8 @@ $(KQE):
 
 eval: $(KQE)
 	$(KQE) eval --model '$(MODEL)' --schemes '$(SCHEMES)' --calibration '$(CALIB)' \
-	  --tasks '$(TASKS)' --limit '$(LIMIT)' --profile '$(PROFILE)' $(EVAL_FLAGS)
+	  --tasks '$(TASKS)' --limit '$(LIMIT)' --profile '$(PROFILE)' --extra '$(EXTRA)' --recipes '$(RECIPES)' \
+	  $(EVAL_FLAGS)
 
 test: $(KQE)
 	.venv/bin/python -m pytest -q
@@ -29,8 +32,15 @@ test-fast: $(KQE)
 lint: $(KQE)
 	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy
 
-# Benchmarks, not tests: statistics coverage/false-positive simulation and speed (writes results/bench/).
+# Benchmarks, not tests (not in `make test`): the suite against lm-eval (hf and in-process vllm), a bare
+# llmcompressor script (BENCH_SCHEMES) and its own first run, same items and machine, as one table in
+# results/bench.csv (BENCH_FLAGS=--quick: fewer items and runs); then the statistics simulation
+# (results/bench/). lm-eval goes into the serve venv too, for its vllm backend (it pins nothing vLLM needs).
+BENCH_SCHEMES ?= fp8-dynamic,awq-w4a16
+BENCH_FLAGS ?=
 bench: $(KQE)
+	@.venv-serve/bin/python -c "import lm_eval" 2>/dev/null || .venv-serve/bin/pip install -q lm-eval==0.4.13
+	.venv/bin/python -m bench.suite_bench --quantize-schemes '$(BENCH_SCHEMES)' $(BENCH_FLAGS)
 	.venv/bin/python -m bench.stats_bench
 
 # The leaderboard column table in README.md, generated from kqe/records.py:LeaderboardRow.

@@ -27,7 +27,10 @@ from kqe.records import (
 log = logging.getLogger(__name__)
 
 COLUMNS = list(LeaderboardRow.model_fields)
-TASK_COLUMNS = {"kmmlu_hard": "kmmlu", "mmlu": "mmlu"}
+TASK_COLUMNS = {
+    "kmmlu_hard": "kmmlu", "kmmlu": "kmmlu", "kmmlu_5shot": "kmmlu", "mmlu": "mmlu", "mmlu_5shot": "mmlu"
+}  # fmt: skip
+"""Task → its column prefix; a run scores at most one task per prefix (evals.prompts.check_tasks)."""
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
@@ -72,20 +75,27 @@ def build_row(
     capacity: LoadReport | None = None,
     calibration_control: str | None = None,
     calibration_effect: dict[str, Comparison] | None = None,
+    averages: dict[str, object] | None = None,
+    serving: str | None = None,
 ) -> LeaderboardRow:
     """Assemble a row from a checkpoint's records; missing stages leave empty cells.
 
     `calibration_effect` holds, per task, this checkpoint against `calibration_control` (the same
-    scheme calibrated with less Korean) on the same items.
+    scheme calibrated with less Korean) on the same items. `averages` holds the averages columns
+    (`evals.averages.leaderboard_cells`: source labels, micro/macro CIs, supercategories, macro Δ).
+    `serving` is how this machine's engine serves the checkpoint (`quantize.hardware`).
     """
     cells: dict = {name: None for name in COLUMNS}
     for task, prefix in TASK_COLUMNS.items():
-        cells.update(_task_cells(prefix, runs.get(task), comparisons.get(task)))
+        if task in runs or task in comparisons:  # of tasks sharing a prefix, the one scored fills it
+            cells.update(_task_cells(prefix, runs.get(task), comparisons.get(task)))
         effect = (calibration_effect or {}).get(task)
         if effect is not None:
             cells.update(_calibration_effect_cells(prefix, effect))
     if calibration_effect:
         cells["calib_effect_vs"] = calibration_control
+    cells.update(averages or {})
+    cells.update(_scheme_cells(checkpoint, serving))
     speeds = [run.items_per_s for run in runs.values() if run.items_per_s]
     all_versions = checkpoint.package_versions | (engine_versions or {})
     versions = ";".join(f"{k}={v}" for k, v in sorted(all_versions.items()))
@@ -121,6 +131,34 @@ def _calibration_effect_cells(prefix: str, effect: Comparison) -> dict[str, floa
         f"{prefix}_calib_effect_ci_high": effect.ci_high,
         f"{prefix}_calib_effect_p": effect.mcnemar_p,
         f"{prefix}_calib_effect_mde": effect.mde,
+    }
+
+
+def failed_row(
+    model: str, checkpoint: str, scheme: str, calibration: str, status: str, serve_profile: str, command: str
+) -> LeaderboardRow:
+    """The row of a checkpoint that could not be built or found: the status says why, the rest is empty."""
+    cells: dict = {name: None for name in COLUMNS}
+    cells.update(
+        schema_version=SCHEMA_VERSION, model=model, checkpoint=checkpoint, scheme=scheme,
+        calibration=calibration, status=status, suite_version=__version__,
+        date=datetime.now(UTC).isoformat(timespec="seconds"), serve_profile=serve_profile,
+        checkpoint_key="", versions="", command=command,
+    )  # fmt: skip
+    return LeaderboardRow(**cells)
+
+
+def _scheme_cells(checkpoint: Checkpoint, serving: str | None) -> dict[str, object]:
+    def gib(count: int | None) -> float | None:
+        return None if count is None else round(count / 2**30, 4)
+
+    return {
+        "serving": serving,
+        "origin": checkpoint.origin or "built",
+        "effective_bits": checkpoint.effective_bits,
+        "linear_bits": checkpoint.linear_bits,
+        "quantized_gib": gib(checkpoint.quantized_bytes),
+        "unquantized_gib": gib(checkpoint.unquantized_bytes),
     }
 
 

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-TASKS = {"kmmlu": "KMMLU-HARD", "mmlu": "MMLU"}  # offline KMMLU is the 225 KMMLU-HARD dev items
+TASKS = {"kmmlu": "KMMLU", "mmlu": "MMLU"}
+"""Column prefix → task label; which items were scored is in each row's `<prefix>_source`."""
 """Leaderboard column prefix → label."""
 TASK_STYLE = {"kmmlu": ("tab:red", "o"), "mmlu": ("tab:blue", "s")}
 MARGIN_POINTS = 1.0
@@ -128,6 +129,16 @@ def _stagger(placed: list[tuple[float, LeaderboardRow]]) -> list[tuple[float, Le
     return moved
 
 
+def source_of(rows: Sequence[LeaderboardRow], prefix: str, label: str) -> str:
+    """What a task's items were (`KMMLU-HARD dev (offline, 225 items), 0-shot`), else its label."""
+    return next((source for r in rows if (source := getattr(r, f"{prefix}_source"))), label)
+
+
+def task_label(rows: Sequence[LeaderboardRow], prefix: str) -> str:
+    """Short name of what was scored: `KMMLU-HARD dev`, `KMMLU test`, `MMLU test`; else `KMMLU`."""
+    return source_of(rows, prefix, TASKS[prefix]).split(" (")[0]
+
+
 def deltas_figure(rows: Sequence[LeaderboardRow]) -> Figure:
     """One panel per task: each quantized checkpoint's Δ with its 95% CI and verdict."""
     quantized = [r for r in rows if r.scheme != BASE_SCHEME]
@@ -143,7 +154,8 @@ def deltas_figure(rows: Sequence[LeaderboardRow]) -> Figure:
         ax.set_ylim(-0.7, len(quantized) - 0.3)
         ax.axvline(0, color="black", linewidth=0.8)
         ax.axvline(-MARGIN_POINTS, color="grey", linewidth=0.8, linestyle="--")
-        ax.set_title(f"{label}: Δ accuracy vs bf16 with 95% CI (dashed: −1 point margin)", fontsize=10)
+        title = f"{source_of(rows, prefix, label)}: Δ accuracy vs bf16, 95% CI (dashed: −1 point margin)"
+        ax.set_title(title, fontsize=10)
         ax.grid(axis="x", alpha=0.3)
     axes[-1].set_xlabel("Δ accuracy (points)")
     return fig
@@ -156,7 +168,7 @@ def flips_figure(rows: Sequence[LeaderboardRow], run: RunSummary | None = None) 
     fig = figure(10, 3.8)
     axes = fig.subplots(1, len(TASKS), squeeze=False)[0]
     positions = range(len(quantized))
-    for ax, (prefix, label) in zip(axes, TASKS.items(), strict=True):
+    for ax, prefix in zip(axes, TASKS, strict=True):
         c2w = [getattr(r, f"{prefix}_flips_c2w") or 0 for r in quantized]
         w2c = [getattr(r, f"{prefix}_flips_w2c") or 0 for r in quantized]
         ax.bar([p - 0.2 for p in positions], c2w, width=0.4, color="tab:red", label="correct → wrong")
@@ -164,7 +176,8 @@ def flips_figure(rows: Sequence[LeaderboardRow], run: RunSummary | None = None) 
         ax.set_xticks(list(positions), [r.checkpoint for r in quantized])
         ax.set_ylabel("items")
         n = next((count for task, count in items.items() if task.startswith(prefix)), None)
-        ax.set_title(f"{label}: answers flipped vs bf16" + (f" (of {n} items)" if n else ""), fontsize=10)
+        of_n = f" (of {n} items)" if n else ""
+        ax.set_title(f"{task_label(rows, prefix)}: answers flipped vs bf16{of_n}", fontsize=10)
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=8)
     return fig

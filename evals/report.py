@@ -10,10 +10,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from evals import averages
 from evals import plots as figures
 from evals.decide import BASE_SCHEME, points
 from evals.leaderboard import read_leaderboard
-from evals.plots import TASKS, task_values
+from evals.plots import TASKS, task_label, task_values
 from kqe.errors import UserError
 from kqe.io import write_atomic
 from kqe.records import Checkpoint, LeaderboardRow, ModelSpec, RunSummary
@@ -110,18 +111,19 @@ def caveats(rows: Sequence[LeaderboardRow], run: RunSummary | None, spec: ModelS
             "already carries 4-bit rounding, so quantization losses here are measured from that baseline."
         )
     base = next((r for r in rows if r.scheme == BASE_SCHEME), None)
-    for prefix, label in TASKS.items():
+    for prefix in TASKS:
+        label = task_label(rows, prefix)
         acc = getattr(base, f"{prefix}_acc") if base else None
         if acc is not None and acc < NEAR_CHANCE:
             notes.append(
                 f"{label}: the base scores {100 * acc:.1f}%, near chance (25% for four choices): Δ accuracy "
                 "is mostly noise; flips and KL still show how far the model moved."
             )
-    if run and any(task.startswith("kmmlu_hard") for task in run.config.get("tasks", [])):
-        n = _items(run, base.checkpoint if base else BASE_SCHEME, "kmmlu")
+    kmmlu_source = base.kmmlu_source if base else None
+    if kmmlu_source and kmmlu_source.startswith("KMMLU-HARD"):
         notes.append(
-            f"KMMLU here is KMMLU-HARD ({n or '?'} items, the dev set shipped with lm-eval), not the "
-            "35,030-item KMMLU test set: losses below a few points cannot be resolved."
+            f"KMMLU here is {kmmlu_source}: the dev set shipped with lm-eval, not the 35,030-item KMMLU "
+            "test set (KQE_ONLINE=1 scores that): losses below a few points cannot be resolved."
         )
     if run and run.memory and all(m.device == "cpu" for m in run.memory.values()):
         notes.append(
@@ -166,7 +168,8 @@ def _flips_table(rows: Sequence[LeaderboardRow]) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        for prefix, label in TASKS.items():
+        for prefix in TASKS:
+            label = task_label([r], prefix)
             if r.scheme != BASE_SCHEME and getattr(r, f"{prefix}_delta") is not None:
                 cells = [getattr(r, f"{prefix}_{n}") for n in ("flips_c2w", "flips_w2c", "p", "p_holm", "kl")]
                 lines.append(
@@ -229,6 +232,10 @@ def report_markdown(
         "whole subjects with both checkpoints paired. Verdicts judge against a 1-point margin.",
         "",
         *_summary_table(rows),
+        "",
+        "## Micro and macro averages",
+        "",
+        *averages.markdown_section(rows),
         "",
         "## Quality loss against memory",
         "",
@@ -307,7 +314,8 @@ def _card_scores(row: LeaderboardRow, base: LeaderboardRow | None, run: RunSumma
         "| task | items | base acc | acc | Δ points [95% CI] | p (Holm) | c→w / w→c | verdict |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for prefix, label in TASKS.items():
+    for prefix in TASKS:
+        label = task_label([row], prefix)
         cell = {
             n: getattr(row, f"{prefix}_{n}") for n in ("acc", "p_holm", "flips_c2w", "flips_w2c", "verdict")
         }
@@ -343,7 +351,8 @@ def _card_memory(row: LeaderboardRow, run: RunSummary | None) -> str:
 
 def _row_caveats(row: LeaderboardRow) -> list[str]:
     notes = []
-    for prefix, label in TASKS.items():
+    for prefix in TASKS:
+        label = task_label([row], prefix)
         verdict, mde = getattr(row, f"{prefix}_verdict"), getattr(row, f"{prefix}_mde")
         if verdict and verdict.startswith("inconclusive") and mde is not None:
             notes.append(

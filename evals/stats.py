@@ -38,7 +38,7 @@ DEFAULT_MARGIN = 0.01
 """Non-inferiority margin as a fraction: a loss under one accuracy point is taken as acceptable."""
 NO_LOSS = "no loss detected within margin"
 SIGNIFICANT_LOSS = "significant loss"
-KOREAN_TO_ENGLISH = {"kmmlu_hard": "mmlu", "kmmlu": "mmlu"}
+KOREAN_TO_ENGLISH = {"kmmlu_hard": "mmlu", "kmmlu": "mmlu", "kmmlu_5shot": "mmlu_5shot"}
 """Korean task → the English task its loss is contrasted with (the Korean-vs-English gap)."""
 _PICK_CELLS = 4_000_000  # bounds each block of the resamples × clusters draws (32 MB)
 

@@ -16,11 +16,13 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from kqe.commands.calibrate import calibrate_command
 from kqe.commands.choose import choose_command
 from kqe.commands.diff import diff_command
 from kqe.commands.doctor import doctor_command
 from kqe.commands.load import load_command
 from kqe.commands.plan import plan_command
+from kqe.commands.quantize import quantize_command
 from kqe.commands.report import report_command
 from kqe.errors import UserError
 from kqe.workspace import Workspace
@@ -72,7 +74,23 @@ def _run_guarded(action: Callable[[], None]) -> None:
         sys.exit(1)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _OneLineUsageErrors(click.Group):
+    """A mistyped option or value is one line naming it, like every other kqe error (exit 2)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx else ctx.command_path
+            console.print(
+                f"[bold red]kqe: error:[/] {exc.format_message()} (see `{where} --help`)",
+                highlight=False,
+                soft_wrap=True,
+            )
+            sys.exit(2)
+
+
+@click.group(cls=_OneLineUsageErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", is_flag=True, help="Log debug detail.")
 def main(verbose: bool) -> None:
     """ko-quant-eval: how much Korean quality does AWQ/FP8 cost on vLLM, is the loss real, and what
@@ -100,7 +118,7 @@ def main(verbose: bool) -> None:
 )
 @click.option(
     "--schemes",
-    default="bf16,awq-w4a16,fp8-dynamic",
+    default="bf16,awq-w4a16,w4a16-rtn,fp8-dynamic",
     show_default=True,
     help="Comma-separated checkpoints to build and score; bf16 is the base.",
 )
@@ -112,9 +130,23 @@ def main(verbose: bool) -> None:
     help="Calibration mixes, comma-separated: ko100, ko70, en100 or e.g. ko=0.6,en=0.4. Schemes that "
     "need calibration are built once per mix; the least Korean mix is the control.",
 )
-@click.option("--calib-samples", default=64, show_default=True, help="Calibration samples.")
-@click.option("--calib-seq-len", default=384, show_default=True, help="Tokens per calibration sample.")
-@click.option("--tasks", default="kmmlu_hard,mmlu", show_default=True, help="Comma-separated tasks.")
+@click.option(
+    "--calib-samples", default=64, show_default=True, type=click.IntRange(min=1), help="Calibration samples."
+)
+@click.option(
+    "--calib-seq-len",
+    default=384,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Tokens per calibration sample.",
+)
+@click.option(
+    "--tasks",
+    default="kmmlu,mmlu",
+    show_default=True,
+    help="Comma-separated tasks: kmmlu (offline: the KMMLU-HARD dev items), kmmlu_5shot, kmmlu_hard, mmlu, "
+    "mmlu_5shot, ko_rag.",
+)
 @click.option(
     "--limit",
     default=300,
@@ -123,14 +155,48 @@ def main(verbose: bool) -> None:
 )
 @click.option("--profile", default="cpu-small", show_default=True, help="Serve profile for every checkpoint.")
 @click.option("--seed", default=1234, show_default=True, help="Seed of calibration and item sampling.")
-@click.option("--concurrency", default=8, show_default=True, help="Scoring requests in flight.")
+@click.option(
+    "--concurrency",
+    default=8,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Scoring requests in flight (each of up to 8 items).",
+)
 @click.option(
     "--load/--no-load",
     default=None,
     help="Also measure serving capacity of each checkpoint at the profile's max-num-seqs (kqe load). "
     "Default: on with a GPU, off on CPU (slow there).",
 )
-@click.option("--load-duration-s", default=30.0, show_default=True, help="Seconds of load per checkpoint.")
+@click.option(
+    "--load-duration-s",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds of load per checkpoint.",
+)
+@click.option(
+    "--rag-data",
+    default=None,
+    help="Folder with docs.jsonl + questions.jsonl for the ko_rag task instead of its built-in set "
+    "(format: evals/ko_rag/README.md).",
+)
+@click.option(
+    "--recipes",
+    default=None,
+    help="TOML file of named recipes (group size, symmetry, …); its table names can be listed in --schemes.",
+)
+@click.option(
+    "--extra",
+    default="",
+    help="Comma-separated pre-quantized checkpoints to score beside the built ones: model folders or "
+    "hf:org/name@rev.",
+)
+@click.option(
+    "--trust-remote-code",
+    is_flag=True,
+    help="Let vLLM run Python code shipped with the model (config.json auto_map): only for models you trust.",
+)
 def eval_command(**options: Any) -> None:
     """Calibrate, quantize, serve each checkpoint under one profile, score, compare with bf16, rank."""
     from evals.leaderboard import read_leaderboard
@@ -142,6 +208,7 @@ def eval_command(**options: Any) -> None:
         options.update(
             schemes=_split(options["schemes"]), tasks=_split(options["tasks"]),
             calibrations=split_mixes(options["calibrations"]), limit=options["limit"] or None,
+            extra=_split(options["extra"]), recipes=options["recipes"] or None,
         )  # fmt: skip
         if options["load"] is None:
             options["load"] = detect_gpu()
@@ -151,7 +218,8 @@ def eval_command(**options: Any) -> None:
             board = run_eval(cfg, Workspace.from_env(), _ProgressDisplay(progress))
         click.echo(board.read_text(encoding="utf-8"), nl=False)
         console.print(f"leaderboard: {board}", highlight=False)
-        failed = [row.checkpoint for row in read_leaderboard(board) if row.status != "ok"]
+        # a checkpoint this device cannot serve is a finding (its status says why), not a failure
+        failed = [row.checkpoint for row in read_leaderboard(board) if row.status.startswith("failed")]
         if failed:
             raise UserError(
                 f"{len(failed)} checkpoint(s) failed ({', '.join(failed)}): the status column of {board} "
@@ -214,6 +282,8 @@ def compare_command(base_items: Path, cand_items: Path, margin: float, as_json: 
 
 for command in (plan_command, doctor_command, load_command, choose_command, diff_command, report_command):
     main.add_command(command)
+main.add_command(calibrate_command)
+main.add_command(quantize_command)
 
 if __name__ == "__main__":
     main()

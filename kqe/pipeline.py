@@ -11,14 +11,29 @@ import logging
 import shlex
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from importlib import metadata
 from pathlib import Path
 
-from evals import doctor, leaderboard, load, prompts, rag_prompts, report, score, serve, stats
+from evals import (
+    averages,
+    doctor,
+    generate,
+    leaderboard,
+    load,
+    perplexity,
+    prompts,
+    rag_metrics,
+    rag_prompts,
+    rag_task,
+    report,
+    score,
+    serve,
+    stats,
+)
 from kqe.errors import UserError
-from kqe.io import read_jsonl, read_record, write_record
+from kqe.io import read_jsonl, read_record, sha256_of, write_record
 from kqe.matrix import BASE, MatrixEntry, calibration_references, mix_label, plan_matrix
 from kqe.modelstore import model_dir
 from kqe.records import (
@@ -28,15 +43,17 @@ from kqe.records import (
     ItemResult,
     LeaderboardRow,
     MemoryReport,
+    Perplexity,
     Record,
     RunSummary,
     ScoreRun,
     ServeProfile,
     content_hash,
 )
-from kqe.registry import resolve_model
+from kqe.registry import check_remote_code, resolve_model
 from kqe.workspace import Workspace
-from quantize import build, calibration, schemes
+from quantize import build, calibration, catalog, contamination, external, hardware, schemes
+from quantize.recipes import resolve_recipes
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +66,7 @@ class EvalConfig(Record):
 
     model: str = "gemma3-270m"
     """Registry name, `hf:org/name[@rev]`, or a local model directory."""
-    schemes: tuple[str, ...] = ("bf16", "awq-w4a16", "fp8-dynamic")
+    schemes: tuple[str, ...] = ("bf16", "awq-w4a16", "w4a16-rtn", "fp8-dynamic")
     """Checkpoints to build and score; `bf16` (the base) is always included."""
     calibrations: tuple[str, ...] = ("ko70", "en100")
     """Calibration mixes (`ko100`, `ko70`, `en100`, or `ko=0.6,en=0.4`): a scheme that needs one is
@@ -58,7 +75,7 @@ class EvalConfig(Record):
     """Calibration samples."""
     calib_seq_len: int = 384
     """Tokens per calibration sample."""
-    tasks: tuple[str, ...] = ("kmmlu_hard", "mmlu")
+    tasks: tuple[str, ...] = ("kmmlu", "mmlu")
     """Tasks to score."""
     limit: int | None = 300
     """Items per task at most (subject-stratified); None scores every item."""
@@ -72,6 +89,14 @@ class EvalConfig(Record):
     """Also measure serving capacity (`kqe load` at the profile's max-num-seqs) of every checkpoint."""
     load_duration_s: float = 30.0
     """Seconds of load per checkpoint when `load` is on."""
+    rag_data: str | None = None
+    """Folder with docs.jsonl + questions.jsonl that ko_rag scores instead of its built-in set."""
+    recipes: str | None = None
+    """TOML file of named recipes (`quantize.recipes`): its tables can be listed in `schemes`."""
+    extra: tuple[str, ...] = ()
+    """Pre-quantized checkpoints scored beside the built ones: model folders or `hf:org/name[@rev]`."""
+    trust_remote_code: bool = False
+    """Let vLLM run Python code shipped with the model (`auto_map`); refused without it."""
 
     def command(self) -> str:
         parts = ["kqe", "eval", "--model", self.model, "--schemes", ",".join(self.schemes)]
@@ -80,6 +105,14 @@ class EvalConfig(Record):
         parts += ["--limit", str(self.limit or 0), "--profile", self.profile, "--seed", str(self.seed)]
         if self.load:
             parts += ["--load", "--load-duration-s", f"{self.load_duration_s:g}"]
+        if self.rag_data:
+            parts += ["--rag-data", self.rag_data]
+        if self.trust_remote_code:
+            parts.append("--trust-remote-code")
+        if self.recipes:
+            parts += ["--recipes", self.recipes]
+        if self.extra:
+            parts += ["--extra", ",".join(self.extra)]
         return shlex.join(parts)
 
 
@@ -94,40 +127,72 @@ class _Matrix:
     profile: ServeProfile
     entries: list[MatrixEntry]
     recipes: dict[str, schemes.Recipe]
-    """Scheme → recipe."""
+    """Scheme (or recipe-file table) name → recipe."""
     calibs: dict[str, CalibrationSet]
     """Mix label → calibration set."""
     references: dict[str, str]
     """Checkpoint → the checkpoint of the same scheme it is paired with for the calibration effect."""
     prompts: dict[str, list[prompts.PromptItem]]
+    sources: dict[str, str]
+    """Task → what its items are (`KMMLU-HARD dev (offline, 225 items), 0-shot`), for every output."""
     out: Path
     progress: Progress
+    rag: rag_task.PreparedRag | None = None
+    """ko_rag's items when the run scores it (its choice items are also in `prompts`)."""
+    extras: dict[str, str] = field(default_factory=dict)
+    """Checkpoint name → a pre-quantized checkpoint given with `extra` (folder or hub id)."""
 
 
 def _prepare(cfg: EvalConfig, ws: Workspace, progress: Progress) -> _Matrix:
     """Check every input first (cheap), then build the calibration sets and the task prompts."""
     spec = resolve_model(cfg.model, ws)
     base_dir = model_dir(spec, ws)
+    check_remote_code(base_dir, cfg.trust_remote_code)
     profile = serve.load_profile(cfg.profile)
-    entries = plan_matrix(cfg.schemes, cfg.calibrations, lambda s: schemes.scheme_info(s).needs_calibration)
-    recipes = {entry.scheme: schemes.recipe_for(entry.scheme, {}) for entry in entries}
+    recipes = resolve_recipes([BASE, *cfg.schemes], Path(cfg.recipes) if cfg.recipes else None)
+    for name, recipe in recipes.items():  # a group size the layers cannot take fails before calibrating
+        build.check_group_size(base_dir, recipe, f"{name} of {spec.name}")
+    needs_calibration = {name: schemes.scheme_info(r.scheme).needs_calibration for name, r in recipes.items()}
+    entries = plan_matrix(cfg.schemes, cfg.calibrations, needs_calibration.__getitem__)
+    extras = {external.extra_name(reference): reference for reference in cfg.extra}
+    entries += [MatrixEntry(name, external.EXTRA_SCHEME, None) for name in extras]
+    if len({entry.name for entry in entries}) != len(entries):
+        raise UserError(f"extra {','.join(cfg.extra)!r} repeats a checkpoint name: list each folder once")
     used = {entry.mix for entry in entries}
     labelled = {mix_label(mix): mix for mix in cfg.calibrations}
     parsed = {label: calibration.parse_mix(mix) for label, mix in labelled.items() if label in used}
-    data_dir = prompts.prepare_tasks(ws, list(cfg.tasks), cfg.limit, cfg.seed)
-    task_prompts = {task: prompts.load_prompts(task, data_dir) for task in cfg.tasks}
+    prompts.check_tasks(list(cfg.tasks))
+    serve.check_serve_env(ws)
+    choice_tasks = [task for task in cfg.tasks if task in prompts.TASK_SPECS]
+    task_prompts: dict[str, list[prompts.PromptItem]] = {}
+    sources: dict[str, str] = {}
+    if choice_tasks:
+        data_dir = prompts.prepare_tasks(ws, choice_tasks, cfg.limit, cfg.seed)
+        task_prompts = {task: prompts.load_prompts(task, data_dir) for task in choice_tasks}
+        sources = {task: prompts.source_label(task, data_dir) for task in choice_tasks}
+    rag = None
+    if rag_task.TASK in cfg.tasks:  # contexts are cut with the base's tokenizer, shared by its checkpoints
+        rag_dir = Path(cfg.rag_data) if cfg.rag_data else None
+        rag = rag_task.prepared(ws, base_dir, profile.max_model_len, cfg.limit, cfg.seed, rag_dir)
+        task_prompts[rag_task.MC_TASK] = rag.choices
     calibs = {}
+    # windows sharing a 13-gram with any knowledge item scored in this run are left out of every set;
+    # ko_rag is not guarded: its contexts ARE the public documents Korean calibration reads, and it
+    # hands the model the passages anyway (calibration only sets quantization scales)
+    knowledge = [items for task, items in task_prompts.items() if task != rag_task.MC_TASK]
+    eval_texts = contamination.item_texts(item for items in knowledge for item in items)
     for done, (label, mix) in enumerate(parsed.items()):
         progress("calibration sets", done, len(parsed))
         calibs[label] = calibration.build_calibration_set(
-            ws, spec.name, base_dir, mix, cfg.calib_samples, cfg.calib_seq_len, cfg.seed, label
-        )
+            ws, spec.name, base_dir, mix, cfg.calib_samples, cfg.calib_seq_len, cfg.seed, label,
+            eval_items=eval_texts,
+        )  # fmt: skip
         progress("calibration sets", done + 1, len(parsed))
     references = calibration_references(entries, {label: mix.get("ko", 0.0) for label, mix in parsed.items()})
     out = ws.results(spec.name)
     return _Matrix(
-        cfg, ws, spec.name, base_dir, profile, entries, recipes, calibs, references, task_prompts, out,
-        progress,
+        cfg, ws, spec.name, base_dir, profile, entries, recipes, calibs, references, task_prompts, sources,
+        out, progress, rag, extras,
     )  # fmt: skip
 
 
@@ -154,16 +219,22 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:
     comparisons: list[Comparison] = []
     for name, outcome in outcomes.items():
         ckpt = outcome.checkpoint
-        if ckpt is None:
+        if ckpt is None:  # nothing was built or found: the row says why
+            rows.append(_failed_row(matrix, outcome))
             continue
         # every task both hold; Holm across the tasks; the Korean task carries its gap to English.
         # The base is not compared with itself: its row keeps the Δ columns empty.
         vs_base = {} if name == BASE else stats.compare_tasks(BASE, name, base.items, outcome.items)
         reference = outcomes.get(matrix.references.get(name, ""))
         vs_reference = _calibration_effect(reference, outcome)
-        rows.append(_row(matrix, outcome, ckpt, vs_base, vs_reference, base.memory))
+        base_items = None if name == BASE else base.items  # the base row keeps the macro Δ empty
+        cells = averages.leaderboard_cells(outcome.items, base_items, matrix.sources)
+        if matrix.rag is not None:
+            cells |= rag_metrics.checkpoint_cells(outcome.items, base_items, matrix.rag.skipped)
+        cells |= _perplexity_cells(matrix, ckpt, base.checkpoint)
+        rows.append(_row(matrix, outcome, ckpt, vs_base, vs_reference, base.memory, cells))
         comparisons += [*vs_base.values(), *vs_reference.values()]
-    if not rows:
+    if all(outcome.checkpoint is None for outcome in outcomes.values()):
         raise UserError(f"no checkpoint of {matrix.model} could be built: see the errors above")
     board = matrix.out / "leaderboard.csv"
     leaderboard.write_leaderboard(board, rows)
@@ -196,6 +267,7 @@ def _row(
     vs_base: dict[str, Comparison],
     vs_reference: dict[str, Comparison],
     base_memory: MemoryReport | None,
+    averages_cells: dict[str, object],
 ) -> LeaderboardRow:
     profile = f"{matrix.profile.name}:{matrix.profile.key}"
     engine = {"vllm": serve.engine_version(matrix.ws), "lm-eval": metadata.version("lm_eval")}
@@ -204,26 +276,54 @@ def _row(
     return leaderboard.build_row(
         ckpt, outcome.entry.mix or "none", outcome.status, outcome.runs, vs_base, outcome.memory, profile,
         matrix.cfg.command(), engine, base_memory, capacity, matrix.references.get(ckpt.name), vs_reference,
+        averages_cells, serving=_servability(matrix, ckpt).note,
+    )  # fmt: skip
+
+
+def _failed_row(matrix: _Matrix, outcome: _Outcome) -> LeaderboardRow:
+    entry, recipe = outcome.entry, matrix.recipes.get(outcome.entry.scheme)
+    return leaderboard.failed_row(
+        matrix.model, entry.name, recipe.scheme if recipe else entry.scheme, entry.mix or "none",
+        outcome.status, f"{matrix.profile.name}:{matrix.profile.key}", matrix.cfg.command(),
     )  # fmt: skip
 
 
 def _evaluate_checkpoint(matrix: _Matrix, entry: MatrixEntry) -> _Outcome:
-    """Build, serve and score one checkpoint; a failure becomes its status instead of stopping the run."""
-    recipe, calib = matrix.recipes[entry.scheme], matrix.calibs.get(entry.mix or "")
+    """Build (or check an extra), serve and score one checkpoint; a failure, or a checkpoint this device
+    cannot serve, becomes its status instead of stopping the run."""
     try:
         matrix.progress(f"build {entry.name}", 0, 1)
-        built = build.build_checkpoint(matrix.ws, matrix.model, matrix.base_dir, entry.scheme, recipe, calib)
-        # the on-disk record is named by its scheme; in this run it is the matrix entry's checkpoint
-        ckpt = built.model_copy(update={"name": entry.name})
+        ckpt = _checkpoint(matrix, entry)
         matrix.progress(f"build {entry.name}", 1, 1)
     except UserError as exc:
         return _failed(entry, exc, None)
+    verdict = _servability(matrix, ckpt)
+    if not verdict.servable:  # said up front instead of a server that would crash
+        log.warning("%s: %s", entry.name, verdict.note)
+        return _Outcome(entry, verdict.note, ckpt, {}, None, {})
     try:
         runs, memory = _score_checkpoint(matrix, ckpt)
     except UserError as exc:
         return _failed(entry, exc, ckpt)
     items = {task: read_jsonl(Path(run.items_path), ItemResult) for task, run in runs.items()}
     return _Outcome(entry, "ok", ckpt, runs, memory, items)
+
+
+def _checkpoint(matrix: _Matrix, entry: MatrixEntry) -> Checkpoint:
+    """The entry's checkpoint: a pre-quantized extra (checked against the base), or a build (reused)."""
+    reference = matrix.extras.get(entry.name)
+    if reference is not None:
+        return external.external_checkpoint(matrix.ws, matrix.model, matrix.base_dir, reference)
+    recipe, calib = matrix.recipes[entry.scheme], matrix.calibs.get(entry.mix or "")
+    return build.build_checkpoint(
+        matrix.ws, matrix.model, matrix.base_dir, recipe.scheme, recipe, calib, name=entry.name
+    )
+
+
+def _servability(matrix: _Matrix, ckpt: Checkpoint) -> hardware.Verdict:
+    """Whether the engine and device of this machine serve `ckpt` under the run's profile, and how."""
+    device = hardware.local_device(matrix.ws.serve_venv)
+    return hardware.check_checkpoint(Path(ckpt.path), device, matrix.profile.dtype)
 
 
 def _failed(entry: MatrixEntry, exc: UserError, ckpt: Checkpoint | None) -> _Outcome:
@@ -241,33 +341,67 @@ def _score_checkpoint(matrix: _Matrix, ckpt: Checkpoint) -> tuple[dict[str, Scor
     stage_key = content_hash(ckpt.key, profile.key)
     memory_path = stages / f"{ckpt.name}.{stage_key}.memory.json"
     # keyed by the items too: another --limit or seed scores (and resumes) a different file
-    task_keys = {t: content_hash(stage_key, [p.item_id for p in ps]) for t, ps in matrix.prompts.items()}
+    task_items = {t: [p.item_id for p in ps] for t, ps in matrix.prompts.items()}
+    task_items |= matrix.rag.stage_items() if matrix.rag else {}
+    task_keys = {t: content_hash(stage_key, ids) for t, ids in task_items.items()}
     run_paths = {task: stages / f"{ckpt.name}.{task}.{key}.score.json" for task, key in task_keys.items()}
     runs = {task: read_record(path, ScoreRun) for task, path in run_paths.items() if path.exists()}
     runs = {task: run for task, run in runs.items() if Path(run.items_path).exists()}
     load_path = _load_path(matrix, ckpt)
     load_done = not matrix.cfg.load or load_path.exists()
-    if memory_path.exists() and len(runs) == len(run_paths) and load_done:
+    ppl_path, holdout = _perplexity_stage(matrix, ckpt)
+    if memory_path.exists() and len(runs) == len(run_paths) and load_done and ppl_path.exists():
         log.info("%s: every task already scored, no server needed", ckpt.name)
         return runs, read_record(memory_path, MemoryReport)
     log_path = matrix.out / "logs" / f"{ckpt.name}.{stage_key}.log"
     matrix.progress(f"serve {ckpt.name}", 0, 1)
     try:
-        with serve.VllmServer(Path(ckpt.path), ckpt.name, profile, matrix.ws, log_path) as server:
+        trusted = matrix.cfg.trust_remote_code
+        with serve.VllmServer(
+            Path(ckpt.path), ckpt.name, profile, matrix.ws, log_path, trust_remote_code=trusted
+        ) as server:
             matrix.progress(f"serve {ckpt.name}", 1, 1)
             memory = server.memory()
             write_record(memory_path, memory)
-            for task, task_prompts in matrix.prompts.items():
+            for task in task_keys:
                 if task not in runs:
                     items_path = matrix.out / "items" / ckpt.name / f"{task}.{task_keys[task]}.jsonl"
-                    runs[task] = _score_task(matrix, ckpt, server, task_prompts, items_path)
+                    runs[task] = _score_restarting(matrix, ckpt, server, task, items_path)
                     write_record(run_paths[task], runs[task])
             if not load_done:
                 write_record(load_path, _measure_load(matrix, ckpt, server))
+            if not ppl_path.exists():
+                write_record(ppl_path, _measure_perplexity(matrix, ckpt, server, holdout))
     except serve.ServeError as exc:  # the engine would not start: say which OOM pattern, if any
         verdict = doctor.diagnose(log_path.read_text(errors="replace"), profile).summary
         raise serve.ServeError(f"{exc}; doctor: {verdict}") from None
     return runs, memory
+
+
+def _perplexity_stage(matrix: _Matrix, ckpt: Checkpoint) -> tuple[Path, dict[str, str]]:
+    """Where the checkpoint's perplexity on the held-out text is cached, and that text by language."""
+    holdout = catalog.holdout_texts(matrix.ws)
+    texts = {lang: sha256_of(text) for lang, text in holdout.items()}
+    window = [perplexity.WINDOW_TOKENS, perplexity.MAX_TOKENS]
+    key = content_hash(ckpt.key, matrix.profile.key, texts, window)
+    return matrix.out / "stages" / f"{ckpt.name}.{key}.perplexity.json", holdout
+
+
+def _measure_perplexity(
+    matrix: _Matrix, ckpt: Checkpoint, server: serve.VllmServer, holdout: dict[str, str]
+) -> Perplexity:
+    progress = partial(matrix.progress, f"perplexity {ckpt.name}")
+    return perplexity.measure_perplexity(
+        server.base_url, server.api_key, server.served_name, Path(ckpt.path), holdout,
+        concurrency=matrix.cfg.concurrency, progress=progress,
+    )  # fmt: skip
+
+
+def _perplexity_cells(matrix: _Matrix, ckpt: Checkpoint, base: Checkpoint | None) -> dict[str, float | None]:
+    """The perplexity columns of a row: this checkpoint's and its change against the base."""
+    paths = {name: _perplexity_stage(matrix, c)[0] for name, c in (("ckpt", ckpt), ("base", base)) if c}
+    found = {name: read_record(path, Perplexity) for name, path in paths.items() if path.exists()}
+    return perplexity.leaderboard_cells(found.get("ckpt"), found.get("base"))
 
 
 def _load_path(matrix: _Matrix, ckpt: Checkpoint) -> Path:
@@ -291,18 +425,34 @@ def _measure_load(matrix: _Matrix, ckpt: Checkpoint, server: serve.VllmServer) -
     return report
 
 
-def _score_task(
-    matrix: _Matrix, ckpt: Checkpoint, server: serve.VllmServer, items: list[prompts.PromptItem], out: Path
+def _score_restarting(
+    matrix: _Matrix, ckpt: Checkpoint, server: serve.VllmServer, task: str, out: Path
 ) -> ScoreRun:
-    return score.score_task(
-        items,
-        Path(ckpt.path),
-        server.base_url,
-        server.api_key,
-        server.served_name,
-        out,
-        ckpt.name,
-        matrix.profile.key,
-        concurrency=matrix.cfg.concurrency,
-        progress=partial(matrix.progress, f"score {ckpt.name} {items[0].task}"),
-    )
+    """`_score_task`; a server that dies on the way is started again and scoring resumes from the
+    per-item file, at most `serve.RESTARTS` times."""
+    for attempt in range(1, serve.RESTARTS + 2):
+        try:
+            return _score_task(matrix, ckpt, server, task, out)
+        except Exception as exc:
+            if server.alive():
+                raise
+            if attempt > serve.RESTARTS:
+                raise serve.ServeError(
+                    f"the vLLM server of {ckpt.name} died {attempt} times while scoring {task} "
+                    f"(last: {type(exc).__name__}); see {server.log_path}"
+                ) from None
+            log.warning("%s: the vLLM server died while scoring %s; restarting it", ckpt.name, task)
+            server.restart()
+    raise AssertionError("unreachable")
+
+
+def _score_task(
+    matrix: _Matrix, ckpt: Checkpoint, server: serve.VllmServer, task: str, out: Path
+) -> ScoreRun:
+    """Letter-choice tasks by their choice log-probs; ko_rag's generated answers by generate.py."""
+    where = (Path(ckpt.path), server.base_url, server.api_key, server.served_name, out, ckpt.name)
+    concurrency, progress = matrix.cfg.concurrency, partial(matrix.progress, f"score {ckpt.name} {task}")
+    if task == rag_task.TASK and matrix.rag is not None:
+        items = matrix.rag.generation
+        return generate.score_generation(items, *where, matrix.profile.key, concurrency, progress)
+    return score.score_task(matrix.prompts[task], *where, matrix.profile.key, concurrency, progress)

