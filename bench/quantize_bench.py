@@ -17,6 +17,7 @@ import csv
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -152,6 +153,8 @@ def write_rows(rows: list[dict[str, object]], path: Path = OUT) -> None:
 
 
 def main() -> None:
+    # a SIGTERM (e.g. `timeout`) unwinds like Ctrl-C, so the throwaway cache is removed
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     parser = argparse.ArgumentParser(description="kqe quantize vs a bare llmcompressor oneshot script.")
     parser.add_argument("--model", default="gemma3-270m")
     parser.add_argument("--schemes", default="fp8-dynamic,awq-w4a16", help=f"of {', '.join(BARE_SCHEMES)}")

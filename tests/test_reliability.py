@@ -20,6 +20,7 @@ Pauses use the KQE_PAUSE_AT hook (kqe/faults.py) so that the kill lands at the i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -159,7 +160,8 @@ def chain(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     made = Chain(ws, tiny_model_dir)
     yield made
     for line in made.processes():  # a failed test must not leave its server running
-        os.kill(int(line.split()[0]), signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(line.split()[0]), signal.SIGKILL)
 
 
 def test_1_kill_while_the_server_starts_leaves_no_server(chain: Chain) -> None:
