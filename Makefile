@@ -6,6 +6,7 @@ TASKS ?= kmmlu,mmlu
 LIMIT ?= 300
 PROFILE ?= cpu-small
 EXTRA ?=
+RUN ?=
 RECIPES ?=
 EVAL_FLAGS ?=
 KQE ?= .venv/bin/kqe
@@ -20,7 +21,7 @@ $(KQE):
 
 eval: $(KQE)
 	$(KQE) eval --model '$(MODEL)' --schemes '$(SCHEMES)' --calibration '$(CALIB)' \
-	  --tasks '$(TASKS)' --limit '$(LIMIT)' --profile '$(PROFILE)' --extra '$(EXTRA)' --recipes '$(RECIPES)' \
+	  --tasks '$(TASKS)' --limit '$(LIMIT)' --profile '$(PROFILE)' --extra '$(EXTRA)' --recipes '$(RECIPES)' --run '$(RUN)' \
 	  $(EVAL_FLAGS)
 
 test: $(KQE)

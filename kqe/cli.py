@@ -197,18 +197,25 @@ def main(verbose: bool) -> None:
     is_flag=True,
     help="Let vLLM run Python code shipped with the model (config.json auto_map): only for models you trust.",
 )
+@click.option(
+    "--run",
+    default="",
+    help="Name this run: its leaderboard, report, cards and plots go to results/<model>/runs/<name>/ "
+    "(per-item files and finished stages are shared with the model's other runs).",
+)
 def eval_command(**options: Any) -> None:
     """Calibrate, quantize, serve each checkpoint under one profile, score, compare with bf16, rank."""
     from evals.leaderboard import read_leaderboard
     from evals.processes import detect_gpu
     from kqe.matrix import split_mixes
-    from kqe.pipeline import EvalConfig, run_eval
+    from kqe.pipeline import run_eval
+    from kqe.run_config import EvalConfig
 
     def action() -> None:
         options.update(
             schemes=_split(options["schemes"]), tasks=_split(options["tasks"]),
             calibrations=split_mixes(options["calibrations"]), limit=options["limit"] or None,
-            extra=_split(options["extra"]), recipes=options["recipes"] or None,
+            extra=_split(options["extra"]), recipes=options["recipes"] or None, run=options["run"] or None,
         )  # fmt: skip
         if options["load"] is None:
             options["load"] = detect_gpu()

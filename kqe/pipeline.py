@@ -8,10 +8,8 @@ the others go on.
 from __future__ import annotations
 
 import logging
-import shlex
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from importlib import metadata
 from pathlib import Path
@@ -23,7 +21,6 @@ from evals import (
     leaderboard,
     load,
     perplexity,
-    prompts,
     rag_metrics,
     rag_prompts,
     rag_task,
@@ -34,166 +31,23 @@ from evals import (
 )
 from kqe.errors import UserError
 from kqe.io import read_jsonl, read_record, sha256_of, write_record
-from kqe.matrix import BASE, MatrixEntry, calibration_references, mix_label, plan_matrix
-from kqe.modelstore import model_dir
+from kqe.matrix import BASE, MatrixEntry
 from kqe.records import (
-    CalibrationSet,
     Checkpoint,
     Comparison,
     ItemResult,
     LeaderboardRow,
     MemoryReport,
     Perplexity,
-    Record,
     RunSummary,
     ScoreRun,
-    ServeProfile,
     content_hash,
 )
-from kqe.registry import check_remote_code, resolve_model
+from kqe.run_config import EvalConfig, Progress, RunMatrix, prepare_matrix
 from kqe.workspace import Workspace
-from quantize import build, calibration, catalog, contamination, external, hardware, schemes
-from quantize.recipes import resolve_recipes
+from quantize import build, catalog, external, hardware
 
 log = logging.getLogger(__name__)
-
-Progress = Callable[[str, int, int], None]
-"""Called with (what, done, total) as long work advances."""
-
-
-class EvalConfig(Record):
-    """Everything that decides what `make eval` computes; its fields make up the reproduce command."""
-
-    model: str = "gemma3-270m"
-    """Registry name, `hf:org/name[@rev]`, or a local model directory."""
-    schemes: tuple[str, ...] = ("bf16", "awq-w4a16", "w4a16-rtn", "fp8-dynamic")
-    """Checkpoints to build and score; `bf16` (the base) is always included."""
-    calibrations: tuple[str, ...] = ("ko70", "en100")
-    """Calibration mixes (`ko100`, `ko70`, `en100`, or `ko=0.6,en=0.4`): a scheme that needs one is
-    built once per mix; the mix with the least Korean is the control the others are paired with."""
-    calib_samples: int = 64
-    """Calibration samples."""
-    calib_seq_len: int = 384
-    """Tokens per calibration sample."""
-    tasks: tuple[str, ...] = ("kmmlu", "mmlu")
-    """Tasks to score."""
-    limit: int | None = 300
-    """Items per task at most (subject-stratified); None scores every item."""
-    profile: str = "cpu-small"
-    """Serve profile applied to every checkpoint."""
-    seed: int = 1234
-    """Seed of calibration sampling and item sampling."""
-    concurrency: int = 8
-    """Scoring requests in flight."""
-    load: bool = False
-    """Also measure serving capacity (`kqe load` at the profile's max-num-seqs) of every checkpoint."""
-    load_duration_s: float = 30.0
-    """Seconds of load per checkpoint when `load` is on."""
-    rag_data: str | None = None
-    """Folder with docs.jsonl + questions.jsonl that ko_rag scores instead of its built-in set."""
-    recipes: str | None = None
-    """TOML file of named recipes (`quantize.recipes`): its tables can be listed in `schemes`."""
-    extra: tuple[str, ...] = ()
-    """Pre-quantized checkpoints scored beside the built ones: model folders or `hf:org/name[@rev]`."""
-    trust_remote_code: bool = False
-    """Let vLLM run Python code shipped with the model (`auto_map`); refused without it."""
-
-    def command(self) -> str:
-        parts = ["kqe", "eval", "--model", self.model, "--schemes", ",".join(self.schemes)]
-        parts += ["--calibration", ",".join(self.calibrations), "--calib-samples", str(self.calib_samples)]
-        parts += ["--calib-seq-len", str(self.calib_seq_len), "--tasks", ",".join(self.tasks)]
-        parts += ["--limit", str(self.limit or 0), "--profile", self.profile, "--seed", str(self.seed)]
-        if self.load:
-            parts += ["--load", "--load-duration-s", f"{self.load_duration_s:g}"]
-        if self.rag_data:
-            parts += ["--rag-data", self.rag_data]
-        if self.trust_remote_code:
-            parts.append("--trust-remote-code")
-        if self.recipes:
-            parts += ["--recipes", self.recipes]
-        if self.extra:
-            parts += ["--extra", ",".join(self.extra)]
-        return shlex.join(parts)
-
-
-@dataclass(frozen=True)
-class _Matrix:
-    """What every checkpoint of one run shares."""
-
-    cfg: EvalConfig
-    ws: Workspace
-    model: str
-    base_dir: Path
-    profile: ServeProfile
-    entries: list[MatrixEntry]
-    recipes: dict[str, schemes.Recipe]
-    """Scheme (or recipe-file table) name → recipe."""
-    calibs: dict[str, CalibrationSet]
-    """Mix label → calibration set."""
-    references: dict[str, str]
-    """Checkpoint → the checkpoint of the same scheme it is paired with for the calibration effect."""
-    prompts: dict[str, list[prompts.PromptItem]]
-    sources: dict[str, str]
-    """Task → what its items are (`KMMLU-HARD dev (offline, 225 items), 0-shot`), for every output."""
-    out: Path
-    progress: Progress
-    rag: rag_task.PreparedRag | None = None
-    """ko_rag's items when the run scores it (its choice items are also in `prompts`)."""
-    extras: dict[str, str] = field(default_factory=dict)
-    """Checkpoint name → a pre-quantized checkpoint given with `extra` (folder or hub id)."""
-
-
-def _prepare(cfg: EvalConfig, ws: Workspace, progress: Progress) -> _Matrix:
-    """Check every input first (cheap), then build the calibration sets and the task prompts."""
-    spec = resolve_model(cfg.model, ws)
-    base_dir = model_dir(spec, ws)
-    check_remote_code(base_dir, cfg.trust_remote_code)
-    profile = serve.load_profile(cfg.profile)
-    recipes = resolve_recipes([BASE, *cfg.schemes], Path(cfg.recipes) if cfg.recipes else None)
-    for name, recipe in recipes.items():  # a group size the layers cannot take fails before calibrating
-        build.check_group_size(base_dir, recipe, f"{name} of {spec.name}")
-    needs_calibration = {name: schemes.scheme_info(r.scheme).needs_calibration for name, r in recipes.items()}
-    entries = plan_matrix(cfg.schemes, cfg.calibrations, needs_calibration.__getitem__)
-    extras = {external.extra_name(reference): reference for reference in cfg.extra}
-    entries += [MatrixEntry(name, external.EXTRA_SCHEME, None) for name in extras]
-    if len({entry.name for entry in entries}) != len(entries):
-        raise UserError(f"extra {','.join(cfg.extra)!r} repeats a checkpoint name: list each folder once")
-    used = {entry.mix for entry in entries}
-    labelled = {mix_label(mix): mix for mix in cfg.calibrations}
-    parsed = {label: calibration.parse_mix(mix) for label, mix in labelled.items() if label in used}
-    prompts.check_tasks(list(cfg.tasks))
-    serve.check_serve_env(ws)
-    choice_tasks = [task for task in cfg.tasks if task in prompts.TASK_SPECS]
-    task_prompts: dict[str, list[prompts.PromptItem]] = {}
-    sources: dict[str, str] = {}
-    if choice_tasks:
-        data_dir = prompts.prepare_tasks(ws, choice_tasks, cfg.limit, cfg.seed)
-        task_prompts = {task: prompts.load_prompts(task, data_dir) for task in choice_tasks}
-        sources = {task: prompts.source_label(task, data_dir) for task in choice_tasks}
-    rag = None
-    if rag_task.TASK in cfg.tasks:  # contexts are cut with the base's tokenizer, shared by its checkpoints
-        rag_dir = Path(cfg.rag_data) if cfg.rag_data else None
-        rag = rag_task.prepared(ws, base_dir, profile.max_model_len, cfg.limit, cfg.seed, rag_dir)
-        task_prompts[rag_task.MC_TASK] = rag.choices
-    calibs = {}
-    # windows sharing a 13-gram with any knowledge item scored in this run are left out of every set;
-    # ko_rag is not guarded: its contexts ARE the public documents Korean calibration reads, and it
-    # hands the model the passages anyway (calibration only sets quantization scales)
-    knowledge = [items for task, items in task_prompts.items() if task != rag_task.MC_TASK]
-    eval_texts = contamination.item_texts(item for items in knowledge for item in items)
-    for done, (label, mix) in enumerate(parsed.items()):
-        progress("calibration sets", done, len(parsed))
-        calibs[label] = calibration.build_calibration_set(
-            ws, spec.name, base_dir, mix, cfg.calib_samples, cfg.calib_seq_len, cfg.seed, label,
-            eval_items=eval_texts,
-        )  # fmt: skip
-        progress("calibration sets", done + 1, len(parsed))
-    references = calibration_references(entries, {label: mix.get("ko", 0.0) for label, mix in parsed.items()})
-    out = ws.results(spec.name)
-    return _Matrix(
-        cfg, ws, spec.name, base_dir, profile, entries, recipes, calibs, references, task_prompts, sources,
-        out, progress, rag, extras,
-    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -211,7 +65,7 @@ class _Outcome:
 def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:
     """Run the whole matrix; write the leaderboard and `run.json` beside it; return the leaderboard path."""
     started = time.perf_counter()
-    matrix = _prepare(cfg, ws, progress)
+    matrix = prepare_matrix(cfg, ws, progress)
     outcomes = {entry.name: _evaluate_checkpoint(matrix, entry) for entry in matrix.entries}
     failures = {name: o.status for name, o in outcomes.items() if o.status != "ok"}
     base = outcomes[BASE]
@@ -236,7 +90,7 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:
         comparisons += [*vs_base.values(), *vs_reference.values()]
     if all(outcome.checkpoint is None for outcome in outcomes.values()):
         raise UserError(f"no checkpoint of {matrix.model} could be built: see the errors above")
-    board = matrix.out / "leaderboard.csv"
+    board = matrix.board_dir / "leaderboard.csv"
     leaderboard.write_leaderboard(board, rows)
     summary = RunSummary(
         config=cfg.model_dump(mode="json"), command=cfg.command(), wall_s=time.perf_counter() - started,
@@ -245,7 +99,7 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:
         score_runs=[run for o in outcomes.values() for run in o.runs.values()],
         memory={name: o.memory for name, o in outcomes.items() if o.memory is not None},
     )  # fmt: skip
-    write_record(matrix.out / "run.json", summary)
+    write_record(matrix.board_dir / "run.json", summary)
     report.write_report(board)
     leaderboard.write_aggregate(matrix.out.parent)
     return board
@@ -261,7 +115,7 @@ def _calibration_effect(reference: _Outcome | None, outcome: _Outcome) -> dict[s
 
 
 def _row(
-    matrix: _Matrix,
+    matrix: RunMatrix,
     outcome: _Outcome,
     ckpt: Checkpoint,
     vs_base: dict[str, Comparison],
@@ -280,7 +134,7 @@ def _row(
     )  # fmt: skip
 
 
-def _failed_row(matrix: _Matrix, outcome: _Outcome) -> LeaderboardRow:
+def _failed_row(matrix: RunMatrix, outcome: _Outcome) -> LeaderboardRow:
     entry, recipe = outcome.entry, matrix.recipes.get(outcome.entry.scheme)
     return leaderboard.failed_row(
         matrix.model, entry.name, recipe.scheme if recipe else entry.scheme, entry.mix or "none",
@@ -288,7 +142,7 @@ def _failed_row(matrix: _Matrix, outcome: _Outcome) -> LeaderboardRow:
     )  # fmt: skip
 
 
-def _evaluate_checkpoint(matrix: _Matrix, entry: MatrixEntry) -> _Outcome:
+def _evaluate_checkpoint(matrix: RunMatrix, entry: MatrixEntry) -> _Outcome:
     """Build (or check an extra), serve and score one checkpoint; a failure, or a checkpoint this device
     cannot serve, becomes its status instead of stopping the run."""
     try:
@@ -309,7 +163,7 @@ def _evaluate_checkpoint(matrix: _Matrix, entry: MatrixEntry) -> _Outcome:
     return _Outcome(entry, "ok", ckpt, runs, memory, items)
 
 
-def _checkpoint(matrix: _Matrix, entry: MatrixEntry) -> Checkpoint:
+def _checkpoint(matrix: RunMatrix, entry: MatrixEntry) -> Checkpoint:
     """The entry's checkpoint: a pre-quantized extra (checked against the base), or a build (reused)."""
     reference = matrix.extras.get(entry.name)
     if reference is not None:
@@ -320,7 +174,7 @@ def _checkpoint(matrix: _Matrix, entry: MatrixEntry) -> Checkpoint:
     )
 
 
-def _servability(matrix: _Matrix, ckpt: Checkpoint) -> hardware.Verdict:
+def _servability(matrix: RunMatrix, ckpt: Checkpoint) -> hardware.Verdict:
     """Whether the engine and device of this machine serve `ckpt` under the run's profile, and how."""
     device = hardware.local_device(matrix.ws.serve_venv)
     return hardware.check_checkpoint(Path(ckpt.path), device, matrix.profile.dtype)
@@ -331,7 +185,7 @@ def _failed(entry: MatrixEntry, exc: UserError, ckpt: Checkpoint | None) -> _Out
     return _Outcome(entry, f"failed: {exc}", ckpt, {}, None, {})
 
 
-def _score_checkpoint(matrix: _Matrix, ckpt: Checkpoint) -> tuple[dict[str, ScoreRun], MemoryReport]:
+def _score_checkpoint(matrix: RunMatrix, ckpt: Checkpoint) -> tuple[dict[str, ScoreRun], MemoryReport]:
     """Score every task through one server; no server is started when every task is already scored.
 
     A task's ScoreRun is written when its last item is in, so a finished task keeps the speed it
@@ -378,7 +232,7 @@ def _score_checkpoint(matrix: _Matrix, ckpt: Checkpoint) -> tuple[dict[str, Scor
     return runs, memory
 
 
-def _perplexity_stage(matrix: _Matrix, ckpt: Checkpoint) -> tuple[Path, dict[str, str]]:
+def _perplexity_stage(matrix: RunMatrix, ckpt: Checkpoint) -> tuple[Path, dict[str, str]]:
     """Where the checkpoint's perplexity on the held-out text is cached, and that text by language."""
     holdout = catalog.holdout_texts(matrix.ws)
     texts = {lang: sha256_of(text) for lang, text in holdout.items()}
@@ -388,7 +242,7 @@ def _perplexity_stage(matrix: _Matrix, ckpt: Checkpoint) -> tuple[Path, dict[str
 
 
 def _measure_perplexity(
-    matrix: _Matrix, ckpt: Checkpoint, server: serve.VllmServer, holdout: dict[str, str]
+    matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer, holdout: dict[str, str]
 ) -> Perplexity:
     progress = partial(matrix.progress, f"perplexity {ckpt.name}")
     return perplexity.measure_perplexity(
@@ -397,18 +251,20 @@ def _measure_perplexity(
     )  # fmt: skip
 
 
-def _perplexity_cells(matrix: _Matrix, ckpt: Checkpoint, base: Checkpoint | None) -> dict[str, float | None]:
+def _perplexity_cells(
+    matrix: RunMatrix, ckpt: Checkpoint, base: Checkpoint | None
+) -> dict[str, float | None]:
     """The perplexity columns of a row: this checkpoint's and its change against the base."""
     paths = {name: _perplexity_stage(matrix, c)[0] for name, c in (("ckpt", ckpt), ("base", base)) if c}
     found = {name: read_record(path, Perplexity) for name, path in paths.items() if path.exists()}
     return perplexity.leaderboard_cells(found.get("ckpt"), found.get("base"))
 
 
-def _load_path(matrix: _Matrix, ckpt: Checkpoint) -> Path:
+def _load_path(matrix: RunMatrix, ckpt: Checkpoint) -> Path:
     return matrix.out / "stages" / f"{ckpt.name}.{content_hash(ckpt.key, matrix.profile.key)}.load.json"
 
 
-def _measure_load(matrix: _Matrix, ckpt: Checkpoint, server: serve.VllmServer) -> load.LoadReport:
+def _measure_load(matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer) -> load.LoadReport:
     """Serving capacity at the profile's max-num-seqs with long Korean RAG prompts (`kqe load`)."""
     profile = matrix.profile
     settings = load.LoadSettings(
@@ -426,7 +282,7 @@ def _measure_load(matrix: _Matrix, ckpt: Checkpoint, server: serve.VllmServer) -
 
 
 def _score_restarting(
-    matrix: _Matrix, ckpt: Checkpoint, server: serve.VllmServer, task: str, out: Path
+    matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer, task: str, out: Path
 ) -> ScoreRun:
     """`_score_task`; a server that dies on the way is started again and scoring resumes from the
     per-item file, at most `serve.RESTARTS` times."""
@@ -447,7 +303,7 @@ def _score_restarting(
 
 
 def _score_task(
-    matrix: _Matrix, ckpt: Checkpoint, server: serve.VllmServer, task: str, out: Path
+    matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer, task: str, out: Path
 ) -> ScoreRun:
     """Letter-choice tasks by their choice log-probs; ko_rag's generated answers by generate.py."""
     where = (Path(ckpt.path), server.base_url, server.api_key, server.served_name, out, ckpt.name)

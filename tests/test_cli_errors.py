@@ -150,6 +150,7 @@ BAD_INPUTS = [
     (("eval", "--model", "{bad}/custom-code"), ("custom-code", "auto_map", "--trust-remote-code")),
     (("eval", "--model", "hf:../../etc"), ("hf:../../etc", "hf:org/name")),
     (("eval", "--model", "hf:just-a-name"), ("hf:just-a-name", "hf:org/name")),
+    (("eval", "--model", "{tiny}", "--run", "../elsewhere"), ("../elsewhere", "folder name")),
     (("evl",), ("evl", "eval")),
     (("plan", "--model", "gemma3-270m", "--gpu", "rtx9999"), ("rtx9999", "rtx4090")),
     (

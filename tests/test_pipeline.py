@@ -14,8 +14,9 @@ from evals.leaderboard import read_leaderboard
 from evals.serve import load_profile
 from evals.stats import compare
 from kqe.io import read_jsonl, read_record
-from kqe.pipeline import EvalConfig, run_eval
+from kqe.pipeline import run_eval
 from kqe.records import ItemResult, RunSummary
+from kqe.run_config import EvalConfig
 from kqe.workspace import Workspace
 from tests.conftest import needs_serve_env
 from tests.test_calibration import write_offline_sources
@@ -107,6 +108,16 @@ def test_eval_builds_serves_scores_ranks_and_resumes(tiny_model_dir: Path, works
     again = run_eval(cfg, workspace, lambda what, done, total: stages.append(what))
     assert not any(stage.startswith("serve ") for stage in stages)
     assert without_dates(again.read_text()) == without_dates(first)
+
+    # a named run of part of the matrix gets its own leaderboard from the shared stages, no server
+    fp8_only = cfg.model_copy(update={"schemes": ("bf16", "fp8-dynamic"), "run": "fp8-only"})
+    named = run_eval(fp8_only, workspace, lambda what, done, total: stages.append(what))
+    assert named == board.parent / "runs" / "fp8-only" / "leaderboard.csv"
+    assert [row.checkpoint for row in read_leaderboard(named)] == ["bf16", "fp8-dynamic"]
+    assert read_leaderboard(named)[1].kmmlu_delta == rows[3].kmmlu_delta
+    assert "--run fp8-only" in read_leaderboard(named)[0].command
+    assert not any(stage.startswith("serve ") for stage in stages)
+    assert without_dates(board.read_text()) == without_dates(first)
 
 
 @pytest.mark.slow

@@ -21,8 +21,9 @@ from evals.processes import detect_gpu
 from evals.serve import engine_env, load_profile
 from kqe.errors import UserError
 from kqe.io import read_record, sha256_file, write_record
-from kqe.pipeline import EvalConfig, run_eval
+from kqe.pipeline import run_eval
 from kqe.records import CalibrationSet, Checkpoint, RunSummary
+from kqe.run_config import EvalConfig
 from kqe.workspace import Workspace
 from quantize import build, hardware
 from quantize.build import CHECKPOINT_RECORD, build_checkpoint

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from kqe.errors import UserError
-from kqe.pipeline import EvalConfig
 from kqe.registry import check_remote_code, resolve_model
+from kqe.run_config import EvalConfig
 from kqe.workspace import Workspace
 
 HOSTILE_NAMES = [
