@@ -11,6 +11,7 @@
 #   KQE_VENV_DIR    core venv (default <repo>/.venv)
 #   KQE_SERVE_VENV  serve venv (default <repo>/.venv-serve)
 #   KQE_HOME        cache for sources and models (default ~/.cache/kqe)
+#   KQE_EXTRAS      optional extras into the core venv, e.g. `autoawq` (requirements/autoawq.txt, --no-deps)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -67,7 +68,7 @@ install_torch() {  # install_torch VENV
 
 setup_core() {
   local stamp
-  stamp="$(stamp_of requirements/core.txt pyproject.toml)"
+  stamp="$(stamp_of requirements/core.txt pyproject.toml)${KQE_EXTRAS:+ $KQE_EXTRAS}"
   make_venv "$CORE"
   if [[ "$(cat "$CORE/.kqe-stamp" 2>/dev/null)" == "$stamp" ]]; then
     say "core environment $CORE is up to date"
@@ -78,6 +79,12 @@ setup_core() {
   run "$CORE/bin/pip" install -q -r requirements/core.txt
   say "installing ko-quant-eval (editable) into $CORE"
   run "$CORE/bin/pip" install -q --no-deps -e .
+  local extra extras="${KQE_EXTRAS:-}"
+  for extra in ${extras//,/ }; do
+    [[ -f "requirements/$extra.txt" ]] || fail "KQE_EXTRAS names $extra: there is no requirements/$extra.txt (known: autoawq)"
+    say "installing the optional extra requirements/$extra.txt into $CORE (--no-deps: see the file)"
+    run "$CORE/bin/pip" install -q --no-deps -r "requirements/$extra.txt"
+  done
   echo "$stamp" >"$CORE/.kqe-stamp"
 }
 
