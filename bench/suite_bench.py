@@ -215,19 +215,29 @@ COLUMNS = (
 
 
 def write_csv(rows: list[Row], quick: bool, path: Path = OUT) -> None:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(COLUMNS)
+    """Write this run's rows; rows of measures it did not take (`--only`) are kept from the file."""
     head = [
         datetime.now(UTC).isoformat(timespec="seconds"),
         os.cpu_count(),
         f"{os.getloadavg()[0]:.2f}",
         quick,
     ]
+    fresh: dict[tuple[str, str], list[object]] = {}
     for row in rows:
         ratio = "" if row.ratio is None else f"{row.ratio:.4g}"
         measured = [row.measure, *_stats(row.ours), row.versus, *_stats(row.theirs)]
-        writer.writerow([*head, *measured, ratio, row.target, row.met, row.note])
+        fresh[(row.measure, row.versus)] = [*head, *measured, ratio, row.target, row.met, row.note]
+    kept: list[list[object]] = []
+    if path.exists():
+        old = list(csv.reader(io.StringIO(path.read_text(encoding="utf-8"))))
+        if old and tuple(old[0]) == COLUMNS:
+            at = {name: i for i, name in enumerate(COLUMNS)}
+            for cells in old[1:]:
+                key = (cells[at["measure"]], cells[at["versus"]])
+                kept.append(fresh.pop(key) if key in fresh else list(cells))
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerows([list(COLUMNS), *kept, *fresh.values()])
     write_atomic(path, buffer.getvalue())
 
 
