@@ -25,11 +25,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from evals.pairing import PairedItems, ScoredItem
 from evals.stats import (
     BOOTSTRAP_RESAMPLES,
     SIGNIFICANT_LOSS,
-    PairedItems,
-    ScoredItem,
     compare_paired,
     compare_tasks,
     mcnemar_p,

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from evals import benchmark_data, prompts
-from evals.stats import BOOTSTRAP_RESAMPLES, SEED, Scored, pair_items, percentile_ci
+from evals.pairing import Scored, pair_items
+from evals.stats import BOOTSTRAP_RESAMPLES, SEED, percentile_ci
 from kqe.records import LeaderboardRow
 
 CATEGORY_ORDER = ("stem", "applied", "humss", "other")

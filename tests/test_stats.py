@@ -15,10 +15,10 @@ from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 
 from evals.leaderboard import build_row, read_leaderboard, write_leaderboard
+from evals.pairing import PairedItems, read_items
 from evals.stats import (
     NO_LOSS,
     SIGNIFICANT_LOSS,
-    PairedItems,
     _stretch,
     bootstrap_accuracies,
     compare,
@@ -27,7 +27,6 @@ from evals.stats import (
     holm,
     mcnemar_p,
     minimum_detectable_effect,
-    read_items,
 )
 from kqe.cli import main
 from kqe.errors import UserError
