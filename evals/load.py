@@ -24,25 +24,20 @@ import itertools
 import json
 import logging
 import math
-import re
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from evals.rag_prompts import RagPrompts
+from evals.vllm_metrics import engine_counters
 from kqe.errors import UserError
 from kqe.records import SCHEMA_VERSION, Record, ServeProfile
 
 log = logging.getLogger(__name__)
-
-PREEMPTIONS = "vllm:num_preemptions_total"
-"""vLLM 0.32's counter `vllm:num_preemptions` as Prometheus exposes it (v1/metrics/loggers.py)."""
-PREFIX_HITS = "vllm:prefix_cache_hits_total"
-PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
 
 
 class LoadLevel(Record):
@@ -167,26 +162,6 @@ def percentile(values: list[float], q: float) -> float | None:
     low = math.floor(rank)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
-_SAMPLE = re.compile(r"^(?P<name>[^\s{]+)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?$")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
-
-def metric_sum(text: str, name: str, labels: Mapping[str, str] | None = None) -> float | None:
-    """Sum of the samples of metric `name` (exact) whose labels include `labels`, from Prometheus text;
-    None when there is no such sample."""
-    total, found = 0.0, False
-    for line in text.splitlines():
-        match = _SAMPLE.match(line.strip())
-        if line.startswith("#") or match is None or match["name"] != name:
-            continue
-        sample_labels = dict(_LABEL.findall(match["labels"] or ""))
-        if labels and any(sample_labels.get(key) != value for key, value in labels.items()):
-            continue
-        total += float(match["value"])
-        found = True
-    return total if found else None
 
 
 # --- one level ---------------------------------------------------------------------------------
@@ -338,20 +313,6 @@ async def _metrics(client: httpx.AsyncClient) -> str:
     except httpx.HTTPError:
         return ""
     return response.text if response.status_code == 200 else ""
-
-
-def engine_counters(before: str, after: str, served_name: str) -> tuple[int | None, float | None]:
-    """Preemptions and prefix-cache hit rate between two `/metrics` texts of the server of `served_name`
-    (None where a counter is missing, and a hit rate without any query)."""
-    labels = {"model_name": served_name}
-
-    def increase(name: str) -> float | None:
-        start, end = metric_sum(before, name, labels), metric_sum(after, name, labels)
-        return None if start is None or end is None else end - start
-
-    preemptions, hits, queries = increase(PREEMPTIONS), increase(PREFIX_HITS), increase(PREFIX_QUERIES)
-    hit_rate = hits / queries if hits is not None and queries else None
-    return (None if preemptions is None else round(preemptions)), hit_rate
 
 
 async def _served_level(

@@ -16,19 +16,16 @@ import numpy as np
 import pytest
 
 from evals.load import (
-    PREEMPTIONS,
-    PREFIX_QUERIES,
     LoadReport,
     LoadSettings,
     Outcome,
-    engine_counters,
     local_base_url,
-    metric_sum,
     parse_concurrency,
     percentile,
     summarize_level,
 )
 from evals.rag_prompts import INSTRUCTION, korean_passages, rag_prompts
+from evals.vllm_metrics import PREEMPTIONS, PREFIX_QUERIES, engine_counters, metric_sum
 from kqe.errors import UserError
 from tests.conftest import REPO, needs_serve_env
 from tests.tiny_model import TRAIN_TEXT
