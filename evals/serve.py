@@ -1,8 +1,8 @@
 """Serve one checkpoint with `vllm serve` under a named serve profile, and always take it down again.
 
-Pure core: `load_profile`, `vllm_command`, `engine_env`, `telling_line`. Shell: `VllmServer`, a context
-manager that starts the server in its own process group, waits for it, and kills the whole group on
-exit, on exceptions, on Ctrl-C and on SIGTERM.
+Pure core: `load_profile`, `telling_line`, and the command line and environment in
+`evals/serve_command.py`. Shell: `VllmServer`, a context manager that starts the server in its own
+process group, waits for it, and kills the whole group on exit, on exceptions, on Ctrl-C and on SIGTERM.
 
 A parent killed with SIGKILL cannot clean up. Two things cover that: the server gets the parent-death
 signal SIGTERM (`setpriv --pdeathsig`, when started from the main thread), and its pid is written to
@@ -46,6 +46,7 @@ from evals.processes import (
     wait_group_gone,
     with_parent_death_signal,
 )
+from evals.serve_command import server_environment, vllm_command
 from kqe.errors import UserError
 from kqe.records import MemoryReport, ServeProfile
 from kqe.workspace import Workspace
@@ -56,7 +57,6 @@ PROFILES_PATH = Path(__file__).with_name("profiles.toml")
 _POLL_S = 0.5
 RESTARTS = 2
 """Times a server that died while in use is started again before its checkpoint is marked failed."""
-_GiB = 1024**3
 
 
 class ServeError(UserError):
@@ -104,80 +104,6 @@ def check_serve_env(ws: Workspace) -> Path:
     if not vllm_bin.exists():
         raise UserError(f"serve environment missing at {ws.serve_venv}: run `make setup`")
     return vllm_bin
-
-
-# --- pure: command line and environment -------------------------------------------------------
-
-
-def vllm_command(
-    vllm_bin: Path,
-    model_dir: Path,
-    served_name: str,
-    profile: ServeProfile,
-    port: int,
-    on_gpu: bool,
-    trust_remote_code: bool = False,
-) -> list[str]:
-    """The `vllm serve` argv for one checkpoint. Holds no secret: the API key travels in the env.
-
-    The server listens on loopback only, reads safetensors weights only (never pickled .bin/.pt),
-    and runs a checkpoint's own Python code only when `trust_remote_code` is set.
-    """
-    command = [
-        str(vllm_bin), "serve", str(model_dir),
-        "--host", HOST,
-        "--port", str(port),
-        "--load-format", "safetensors",
-        "--served-model-name", served_name,
-        "--max-model-len", str(profile.max_model_len),
-        "--max-num-seqs", str(profile.max_num_seqs),
-        "--dtype", profile.dtype,
-        "--max-logprobs", str(profile.max_logprobs),
-        # the scorer relies on log-probs over the full vocabulary before any logits processor
-        "--logprobs-mode", "raw_logprobs",
-        # a checkpoint's generation_config.json must not change sampling defaults between checkpoints
-        "--generation-config", "vllm",
-        "--enable-prefix-caching" if profile.enable_prefix_caching else "--no-enable-prefix-caching",
-        "--enable-chunked-prefill" if profile.enable_chunked_prefill else "--no-enable-chunked-prefill",
-        # one access-log line per scoring request would bury the memory lines
-        "--disable-uvicorn-access-log",
-    ]  # fmt: skip
-    if trust_remote_code:
-        command.append("--trust-remote-code")
-    if profile.enforce_eager:
-        command.append("--enforce-eager")
-    if profile.tensor_parallel_size != 1:
-        command += ["--tensor-parallel-size", str(profile.tensor_parallel_size)]
-    if profile.kv_cache_dtype != "auto":
-        command += ["--kv-cache-dtype", profile.kv_cache_dtype]
-    if on_gpu:
-        command += ["--gpu-memory-utilization", str(profile.gpu_memory_utilization)]
-        if profile.gpu_kv_cache_gib is not None:
-            command += ["--kv-cache-memory-bytes", str(round(profile.gpu_kv_cache_gib * _GiB))]
-    else:
-        # VLLM_CPU_KVCACHE_SPACE only takes whole GiB (vLLM 0.32 parses it with int()); bytes are exact
-        command += ["--kv-cache-memory-bytes", str(round(profile.cpu_kv_cache_gib * _GiB))]
-    return command
-
-
-# Inherited variables that would silently override the profile or the key.
-_DROPPED_ENV = ("VLLM_CPU_KVCACHE_SPACE", "VLLM_API_KEY", "VLLM_HOST_IP", "VLLM_PORT")
-
-
-def engine_env(profile: ServeProfile, ws: Workspace, on_gpu: bool, api_key: str) -> dict[str, str]:
-    """Variables set for the server on top of the inherited environment."""
-    env = {
-        "VLLM_API_KEY": api_key,
-        "VLLM_CACHE_ROOT": str(ws.vllm_cache()),
-        # offline by design: a local checkpoint directory, no usage reports, no hub look-ups
-        "VLLM_NO_USAGE_STATS": "1",
-        "VLLM_DO_NOT_TRACK": "1",
-        "HF_HUB_OFFLINE": "1",
-    }
-    if not on_gpu:
-        # vllm-cpu needs it to pick the CPU platform once `vllm` reports version `<ver>+cpu`
-        env["VLLM_TARGET_DEVICE"] = "cpu"
-    return env
 
 
 def telling_line(log_text: str, limit: int = 300) -> str | None:
@@ -382,8 +308,7 @@ class VllmServer:
         # the parent-death signal follows the thread that forks: only the main thread lives long enough
         if _in_main_thread():
             command = with_parent_death_signal(command, signal.SIGTERM)
-        env = {key: value for key, value in os.environ.items() if key not in _DROPPED_ENV}
-        env |= engine_env(self.profile, self.ws, self.on_gpu, self.api_key)
+        env = server_environment(os.environ, self.profile, self.ws, self.on_gpu, self.api_key)
         with self.log_path.open("a" if append_log else "w", encoding="utf-8") as log_file:
             self._process = subprocess.Popen(
                 command,

@@ -18,7 +18,8 @@ import pytest
 
 from evals.leaderboard import read_leaderboard
 from evals.processes import detect_gpu
-from evals.serve import engine_env, load_profile
+from evals.serve import load_profile
+from evals.serve_command import engine_env
 from kqe.errors import UserError
 from kqe.io import read_record, sha256_file, write_record
 from kqe.pipeline import run_eval

@@ -17,15 +17,8 @@ from pathlib import Path
 import pytest
 
 from evals.processes import group_members, kill_stale_server
-from evals.serve import (
-    ServeError,
-    VllmServer,
-    engine_env,
-    load_profile,
-    profile_names,
-    telling_line,
-    vllm_command,
-)
+from evals.serve import ServeError, VllmServer, load_profile, profile_names, telling_line
+from evals.serve_command import engine_env, vllm_command
 from kqe.errors import UserError
 from kqe.workspace import Workspace
 from tests.conftest import REPO, needs_serve_env
