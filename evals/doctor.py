@@ -12,23 +12,21 @@ on its "non-default args" line, else the serve profile given.
 
 from __future__ import annotations
 
-import ast
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, NamedTuple
 
 from evals import vllm_messages as msg
 from evals.memory import KV_CAPACITY, MODEL_LOADING
-from kqe.errors import UserError
+from evals.vllm_log import VllmLog
 from kqe.records import Record, ServeProfile
 
 Pattern = Literal["A", "B", "C", "D"]
 DEDICATED_UTILIZATION = 0.95
 SHARED_MARGIN_GIB = 0.5
 """Room left beside another process's memory when suggesting a utilization."""
-EVIDENCE_CHARS = 400
 _UNIT = {"input tokens": "token", "characters": "character"}
 
 
@@ -45,69 +43,19 @@ class Diagnosis(Record):
     """One line for an error message or a leaderboard row."""
 
 
-_LOG_PREFIX = re.compile(r"^(?:\(.*?\) )?(?:[A-Z]+ \d\d-\d\d [\d:]{8} \[[^\]]*\] )?(?:\[rank\d+\]: )?")
-
-
-@dataclass(frozen=True)
-class _Log:
-    """The log's lines and the serving settings it (or the profile) states."""
-
-    lines: list[str]
-    settings: dict[str, Any]
-
-    def last(self, pattern: re.Pattern[str]) -> tuple[int, re.Match[str]] | None:
-        """Index and match of the last line matching `pattern`."""
-        for index in range(len(self.lines) - 1, -1, -1):
-            match = pattern.search(self.lines[index])
-            if match:
-                return index, match
-        return None
-
-    def evidence(self, index: int) -> str:
-        message = _LOG_PREFIX.sub("", self.lines[index].strip(), count=1)
-        return message if len(message) <= EVIDENCE_CHARS else message[: EVIDENCE_CHARS - 1] + "…"
-
-
-def read_log(path: Path) -> str:
-    """The text of a log file; UserError when it is missing, empty or not text."""
-    if not path.exists():
-        raise UserError(f"log file {path} does not exist: give the file vLLM's output went to")
-    if not path.is_file():
-        raise UserError(f"log file {path} is not a file: give the file vLLM's output went to")
-    data = path.read_bytes()
-    if not data.strip():
-        raise UserError(f"log file {path} is empty: give the output of the failed `vllm serve` run")
-    text = data.decode("utf-8", errors="replace")
-    if b"\x00" in data[:65536] or text.count("\ufffd") > len(text) / 100:
-        raise UserError(f"log file {path} is binary, not a text log: give vLLM's text output")
-    return text
-
-
 def diagnose(log_text: str, profile: ServeProfile | None = None) -> Diagnosis:
     """The pattern a vLLM log shows; `profile` fills in settings the log does not state. A log that
     holds several starts (a retried server appends to its log) is judged by its last start."""
-    lines = log_text.splitlines()
-    starts = [i for i, line in enumerate(lines) if msg.NON_DEFAULT_ARGS.search(line)]
-    log = _Log(lines[starts[-1] :] if starts else lines, _settings(lines, starts, profile))
+    log = VllmLog.last_start(log_text, profile)
     for rule in _RULES:
-        found = rule(log)
-        if found:
-            return found
+        found = rule.find(log)
+        finding = rule.judge(log, *found) if found else None
+        if found and finding:
+            return Diagnosis(
+                pattern=finding.pattern, evidence=log.evidence(found[0]), advice=finding.advice,
+                summary=finding.summary,
+            )  # fmt: skip
     return Diagnosis(pattern=None, evidence=None, advice=[], summary="not an OOM: no out-of-memory failure")
-
-
-def _settings(lines: list[str], starts: list[int], profile: ServeProfile | None) -> dict[str, Any]:
-    """The profile's settings overridden by the last start's "non-default args" line."""
-    settings: dict[str, Any] = profile.model_dump() if profile else {}
-    match = msg.NON_DEFAULT_ARGS.search(lines[starts[-1]]) if starts else None
-    if match:
-        try:
-            args = ast.literal_eval(match["args"])
-        except (ValueError, SyntaxError):  # a cut line: the profile still holds
-            args = {}
-        if isinstance(args, dict):
-            settings.update(args)
-    return settings
 
 
 def _number(text: str) -> float:
@@ -120,18 +68,36 @@ def _gib(size: str) -> float:
     return _number(value) * {"KiB": 2**-20, "MiB": 2**-10, "GiB": 1.0, "bytes": 2**-30}[unit]
 
 
-def _diagnosis(pattern: Pattern, log: _Log, index: int, summary: str, advice: list[str]) -> Diagnosis:
-    return Diagnosis(pattern=pattern, evidence=log.evidence(index), advice=advice, summary=summary)
+class _Finding(NamedTuple):
+    """What a rule concludes; the evidence is the line its message matched."""
+
+    pattern: Pattern
+    summary: str
+    advice: list[str]
 
 
-# --- the rules, most specific first ---------------------------------------------------------------
+@dataclass(frozen=True)
+class _Rule:
+    """A rule judges the last line that one of its messages matches (the first message found wins)."""
 
+    messages: tuple[re.Pattern[str], ...]
+    judge: Callable[[VllmLog, int, re.Match[str]], _Finding | None]
+    accept: Callable[[re.Match[str]], bool] = bool
+    """Which matches count, e.g. a stats line only when it counts a preemption."""
 
-def _shared_gpu(log: _Log) -> Diagnosis | None:
-    found = log.last(msg.FREE_AT_STARTUP) or log.last(msg.CPU_AT_STARTUP)
-    if not found:
+    def find(self, log: VllmLog) -> tuple[int, re.Match[str]] | None:
+        """Index and match of the line to judge, None when none of the messages is in the log."""
+        for message in self.messages:
+            found = log.last(message, self.accept)
+            if found:
+                return found
         return None
-    index, m = found
+
+
+# --- the judges of the rules, most specific first ---------------------------------------------------
+
+
+def _shared_gpu(log: VllmLog, index: int, m: re.Match[str]) -> _Finding | None:
     free, total, util = _number(m["free"]), _number(m["total"]), _number(m["util"])
     fitting = math.floor((free - SHARED_MARGIN_GIB) / total * 100) / 100
     device = "the GPU" if "GPU" in log.lines[index] else "this machine's RAM"
@@ -144,14 +110,10 @@ def _shared_gpu(log: _Log) -> Diagnosis | None:
         f"parameters: or share it: --gpu-memory-utilization {fitting} fits the {free:.2f} GiB free "
         "(the guide: ≤ 0.80 on a shared GPU); the KV cache shrinks with it — `kqe plan` sizes it",
     ]
-    return _diagnosis("D", log, index, summary, advice)
+    return _Finding("D", summary, advice)
 
 
-def _memory_changed(log: _Log) -> Diagnosis | None:
-    found = log.last(msg.PROFILING_ERROR)
-    if not found:
-        return None
-    index, m = found
+def _memory_changed(log: VllmLog, index: int, m: re.Match[str]) -> _Finding | None:
     released = _number(m["after"]) - _number(m["before"])
     summary = (
         f"OOM pattern D (another process): {released:.2f} GiB of GPU memory were freed by another "
@@ -162,14 +124,10 @@ def _memory_changed(log: _Log) -> Diagnosis | None:
         "the other process's memory is steady; `nvidia-smi` shows who shares it",
         "parameters: on a shared GPU keep --gpu-memory-utilization ≤ 0.80",
     ]
-    return _diagnosis("D", log, index, summary, advice)
+    return _Finding("D", summary, advice)
 
 
-def _cpu_kv_pool(log: _Log) -> Diagnosis | None:
-    found = log.last(msg.CPU_KV_TOO_BIG)
-    if not found:
-        return None
-    index, m = found
+def _cpu_kv_pool(log: VllmLog, index: int, m: re.Match[str]) -> _Finding | None:
     free, total, want = _number(m["free"]), _number(m["total"]), _number(m["want"])
     fitting = math.floor((free - SHARED_MARGIN_GIB) * 4) / 4
     size = f"--kv-cache-memory-bytes (the profile's cpu_kv_cache_gib) ≤ {fitting:g} GiB"
@@ -179,7 +137,7 @@ def _cpu_kv_pool(log: _Log) -> Diagnosis | None:
             f"{total:g} GiB"
         )
         advice = [f"parameters: {size}; {free:g} GiB were available"]
-        return _diagnosis("B", log, index, summary, advice)
+        return _Finding("B", summary, advice)
     summary = (
         f"OOM pattern D (other processes): only {free:g} of {total:g} GiB RAM were available for a "
         f"{want:g} GiB KV pool"
@@ -188,14 +146,12 @@ def _cpu_kv_pool(log: _Log) -> Diagnosis | None:
         f"check what holds {total - free:.1f} GiB (`free -g`, `ps`) and stop it",
         f"parameters: or {size}",
     ]
-    return _diagnosis("D", log, index, summary, advice)
+    return _Finding("D", summary, advice)
 
 
-def _torch_oom_of_other_process(log: _Log) -> Diagnosis | None:
-    found = log.last(msg.TORCH_OOM)
-    if not found or not msg.THIS_PROCESS.search(log.lines[found[0]]):
+def _torch_oom_of_other_process(log: VllmLog, index: int, m: re.Match[str]) -> _Finding | None:
+    if not msg.THIS_PROCESS.search(log.lines[index]):
         return None  # without "this process" the pids are another namespace's: no telling who is who
-    index, m = found
     others = [(p["pid"], _gib(p["size"])) for p in msg.OTHER_PROCESS.finditer(log.lines[index])]
     held = sum(size for _, size in others)
     if held < 1:
@@ -209,14 +165,10 @@ def _torch_oom_of_other_process(log: _Log) -> Diagnosis | None:
         f"parameters: or share the GPU: --gpu-memory-utilization ≤ {fitting} leaves the other "
         f"{held:.2f} GiB alone",
     ]
-    return _diagnosis("D", log, index, summary, advice)
+    return _Finding("D", summary, advice)
 
 
-def _weights_do_not_fit(log: _Log) -> Diagnosis | None:
-    oom = log.last(msg.LOAD_FAILED) or log.last(msg.ANY_CUDA_OOM)
-    if not oom:
-        return None
-    index = oom[0]
+def _weights_do_not_fit(log: VllmLog, index: int, m: re.Match[str]) -> _Finding | None:
     loaded = log.last(MODEL_LOADING)
     if not msg.LOAD_FAILED.search(log.lines[index]) and loaded and loaded[0] < index:
         return None  # the weights were in: this OOM came later
@@ -231,14 +183,10 @@ def _weights_do_not_fit(log: _Log) -> Diagnosis | None:
         "tensor parallel: --tensor-parallel-size 2 or more (it must divide the attention heads; "
         "`kqe plan` lists the valid sizes)",
     ]
-    return _diagnosis("A", log, index, summary, advice)
+    return _Finding("A", summary, advice)
 
 
-def _one_request_does_not_fit(log: _Log) -> Diagnosis | None:
-    found = log.last(msg.ONE_REQUEST)
-    if not found:
-        return None
-    index, m = found
+def _one_request_does_not_fit(log: VllmLog, index: int, m: re.Match[str]) -> _Finding | None:
     length, need, avail = int(m["len"]), _number(m["need"]), _number(m["avail"])
     advice = []
     if m["est"]:
@@ -260,14 +208,10 @@ def _one_request_does_not_fit(log: _Log) -> Diagnosis | None:
         f"OOM pattern C (one long context): one {length:,}-token request needs {m['need']} GiB of KV "
         f"cache, {m['avail']} GiB available" + (f"; longest that fits: {int(m['est']):,}" if m["est"] else "")
     )
-    return _diagnosis("C", log, index, summary, advice)
+    return _Finding("C", summary, advice)
 
 
-def _old_engine_max_seq(log: _Log) -> Diagnosis | None:
-    found = log.last(msg.OLD_MAX_SEQ)
-    if not found:
-        return None
-    index, m = found
+def _old_engine_max_seq(log: VllmLog, index: int, m: re.Match[str]) -> _Finding | None:
     tokens = int(m["tokens"])
     summary = (
         f"OOM pattern C (one long context): max_model_len {int(m['len']):,} is above the {tokens:,} tokens "
@@ -279,14 +223,10 @@ def _old_engine_max_seq(log: _Log) -> Diagnosis | None:
         "parameters: --kv-cache-dtype fp8 doubles the tokens the KV cache holds",
         "quantization: AWQ W4A16 or FP8 weights leave more memory to the KV cache",
     ]
-    return _diagnosis("C", log, index, summary, advice)
+    return _Finding("C", summary, advice)
 
 
-def _prompt_too_long(log: _Log) -> Diagnosis | None:
-    found = log.last(msg.LONG_PROMPT)
-    if not found:
-        return None
-    index, m = found
+def _prompt_too_long(log: VllmLog, index: int, m: re.Match[str]) -> _Finding | None:
     limit, size = int(m["max"]), int(m["prompt"])
     capacity = log.last(KV_CAPACITY)
     kv_tokens = int(_number(capacity[1]["tokens"])) if capacity else None
@@ -308,13 +248,10 @@ def _prompt_too_long(log: _Log) -> Diagnosis | None:
         f"{limit:,}"
     )
     advice = [first, "prefix caching and chunked prefill: keep them on for long Korean RAG prompts"]
-    return _diagnosis("C", log, index, summary, advice)
+    return _Finding("C", summary, advice)
 
 
-def _no_cache_blocks(log: _Log) -> Diagnosis | None:
-    found = log.last(msg.NO_CACHE_BLOCKS)
-    if not found:
-        return None
+def _no_cache_blocks(log: VllmLog, index: int, m: re.Match[str]) -> _Finding | None:
     loaded = log.last(MODEL_LOADING)
     weights = f" after {_number(loaded[1]['gib']):g} GiB of weights" if loaded else ""
     util = log.settings.get("gpu_memory_utilization", "the default 0.92")
@@ -326,27 +263,20 @@ def _no_cache_blocks(log: _Log) -> Diagnosis | None:
         "quantization: AWQ W4A16 (≈ ¼) or FP8 (≈ ½) weights free the memory the KV cache needs",
         "tensor parallel: --tensor-parallel-size 2 halves the weights per GPU",
     ]
-    return _diagnosis("B", log, found[0], summary, advice)
+    return _Finding("B", summary, advice)
 
 
-def _sampler_warmup(log: _Log) -> Diagnosis | None:
-    found = log.last(msg.SAMPLER_WARMUP)
-    if not found:
-        return None
-    seqs = int(found[1]["n"])
+def _sampler_warmup(log: VllmLog, index: int, m: re.Match[str]) -> _Finding | None:
+    seqs = int(m["n"])
     summary = f"OOM pattern B (concurrency): warming up the sampler for {seqs} sequences ran out of memory"
     advice = [
         f"parameters: --max-num-seqs {max(seqs // 2, 1)} (its logits for {seqs} sequences did not fit)",
         "parameters: or lower --gpu-memory-utilization by 0.02–0.05 to leave room beside the KV cache",
     ]
-    return _diagnosis("B", log, found[0], summary, advice)
+    return _Finding("B", summary, advice)
 
 
-def _oom_after_loading(log: _Log) -> Diagnosis | None:
-    found = log.last(msg.ANY_CUDA_OOM)
-    if not found:
-        return None
-    index = found[0]
+def _oom_after_loading(log: VllmLog, index: int, m: re.Match[str]) -> _Finding | None:
     capture = log.last(msg.GRAPH_CAPTURE)
     advice = [
         "parameters: lower --gpu-memory-utilization by 0.02–0.05: the activation peak did not fit "
@@ -361,21 +291,10 @@ def _oom_after_loading(log: _Log) -> Diagnosis | None:
         f"OOM pattern B (activations / KV budget): CUDA ran out of memory during {during}, after the "
         "weights had loaded"
     )
-    return _diagnosis("B", log, index, summary, advice)
+    return _Finding("B", summary, advice)
 
 
-def _preemption(log: _Log) -> Diagnosis | None:
-    found = next(
-        (
-            (i, m)
-            for i in range(len(log.lines) - 1, -1, -1)
-            if (m := msg.PREEMPTIONS.search(log.lines[i])) and int(m["n"]) > 0
-        ),
-        None,
-    )
-    if not found:
-        return None
-    index, m = found
+def _preemption(log: VllmLog, index: int, m: re.Match[str]) -> _Finding | None:
     capacity = log.last(KV_CAPACITY)
     advice = []
     if capacity:
@@ -395,20 +314,20 @@ def _preemption(log: _Log) -> Diagnosis | None:
         f"OOM pattern B (concurrency): {int(m['n'])} preemptions with {int(m['running'])} requests "
         "running: the KV cache ran out"
     )
-    return _diagnosis("B", log, index, summary, advice)
+    return _Finding("B", summary, advice)
 
 
 _RULES = (
-    _shared_gpu,
-    _memory_changed,
-    _cpu_kv_pool,
-    _torch_oom_of_other_process,
-    _weights_do_not_fit,
-    _one_request_does_not_fit,
-    _old_engine_max_seq,
-    _prompt_too_long,
-    _no_cache_blocks,
-    _sampler_warmup,
-    _oom_after_loading,
-    _preemption,
+    _Rule((msg.FREE_AT_STARTUP, msg.CPU_AT_STARTUP), _shared_gpu),
+    _Rule((msg.PROFILING_ERROR,), _memory_changed),
+    _Rule((msg.CPU_KV_TOO_BIG,), _cpu_kv_pool),
+    _Rule((msg.TORCH_OOM,), _torch_oom_of_other_process),
+    _Rule((msg.LOAD_FAILED, msg.ANY_CUDA_OOM), _weights_do_not_fit),
+    _Rule((msg.ONE_REQUEST,), _one_request_does_not_fit),
+    _Rule((msg.OLD_MAX_SEQ,), _old_engine_max_seq),
+    _Rule((msg.LONG_PROMPT,), _prompt_too_long),
+    _Rule((msg.NO_CACHE_BLOCKS,), _no_cache_blocks),
+    _Rule((msg.SAMPLER_WARMUP,), _sampler_warmup),
+    _Rule((msg.ANY_CUDA_OOM,), _oom_after_loading),
+    _Rule((msg.PREEMPTIONS,), _preemption, accept=lambda m: int(m["n"]) > 0),
 )

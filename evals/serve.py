@@ -1,8 +1,9 @@
 """Serve one checkpoint with `vllm serve` under a named serve profile, and always take it down again.
 
-Pure core: `load_profile`, `telling_line`, and the command line and environment in
-`evals/serve_command.py`. Shell: `VllmServer`, a context manager that starts the server in its own
-process group, waits for it, and kills the whole group on exit, on exceptions, on Ctrl-C and on SIGTERM.
+Pure core: `load_profile`, the command line and environment (`evals/serve_command.py`) and the
+telling line of a failed start (`evals/vllm_log.py`). Shell: `VllmServer`, a context manager that
+starts the server in its own process group, waits for it, and kills the whole group on exit, on
+exceptions, on Ctrl-C and on SIGTERM.
 
 A parent killed with SIGKILL cannot clean up. Two things cover that: the server gets the parent-death
 signal SIGTERM (`setpriv --pdeathsig`, when started from the main thread), and its pid is written to
@@ -20,7 +21,6 @@ import atexit
 import contextlib
 import logging
 import os
-import re
 import secrets
 import signal
 import subprocess
@@ -47,6 +47,7 @@ from evals.processes import (
     with_parent_death_signal,
 )
 from evals.serve_command import server_environment, vllm_command
+from evals.vllm_log import telling_line
 from kqe.errors import UserError
 from kqe.records import MemoryReport, ServeProfile
 from kqe.workspace import Workspace
@@ -104,31 +105,6 @@ def check_serve_env(ws: Workspace) -> Path:
     if not vllm_bin.exists():
         raise UserError(f"serve environment missing at {ws.serve_venv}: run `make setup`")
     return vllm_bin
-
-
-def telling_line(log_text: str, limit: int = 300) -> str | None:
-    """The log message that best says why a start failed, cut to `limit` characters: the last
-    exception that is not a generic wrapper ("See root cause above"), else the last ERROR message."""
-    exceptions, errors = [], []
-    for line in log_text.splitlines():
-        prefix = _LOG_PREFIX.match(line)
-        message = line[prefix.end() :] if prefix else line.strip()
-        if any(text in message for text in _GENERIC_ERRORS):
-            continue
-        if _EXCEPTION.match(message):
-            exceptions.append(message)
-        elif prefix and prefix["level"] == "ERROR" and message[:1].strip() and message[:5] != "File ":
-            errors.append(message)
-    candidates = exceptions or errors
-    if not candidates:
-        return None
-    return candidates[-1] if len(candidates[-1]) <= limit else candidates[-1][: limit - 1] + "…"
-
-
-# "(EngineCore pid=7) ERROR 11-29 15:39:15 [core.py:1510] message"
-_LOG_PREFIX = re.compile(r"^\(.*?\) (?P<level>[A-Z]+) \d\d-\d\d [\d:]{8} \[[^\]]*\] ")
-_EXCEPTION = re.compile(r"^(?:Value error, |[\w.]*(?:Error|Exception)\b: )")
-_GENERIC_ERRORS = ("See root cause above", "See stack trace (above) for the root cause", "Traceback (most")
 
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # localhost never via a proxy

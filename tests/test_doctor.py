@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from evals.doctor import diagnose, read_log
+from evals.doctor import diagnose
 from evals.planner import plan
 from evals.serve import load_profile
+from evals.vllm_log import read_log
 from evals.vllm_memory import PlanRequest, load_gpus
 from kqe.commands.doctor import doctor_command
 from kqe.errors import UserError

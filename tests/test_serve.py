@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from evals.processes import group_members, kill_stale_server
-from evals.serve import ServeError, VllmServer, load_profile, profile_names, telling_line
+from evals.serve import ServeError, VllmServer, load_profile, profile_names
 from evals.serve_command import engine_env, vllm_command
+from evals.vllm_log import telling_line
 from kqe.errors import UserError
 from kqe.workspace import Workspace
 from tests.conftest import REPO, needs_serve_env

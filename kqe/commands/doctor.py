@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from evals.doctor import Diagnosis, diagnose, read_log
+from evals.doctor import Diagnosis, diagnose
+from evals.vllm_log import read_log
 
 
 def render(diagnosis: Diagnosis) -> str:
