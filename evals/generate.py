@@ -21,8 +21,9 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+from evals.rag_context import ABSTAIN, MAX_NEW_TOKENS
 from evals.rag_metrics import score_answer
-from evals.rag_task import ABSTAIN, MAX_NEW_TOKENS, TASK, RagItem
+from evals.rag_task import TASK, RagItem
 from evals.score import ChoiceTokenizer, CompletionsClient, prompt_sha, summarize
 from kqe.errors import UserError
 from kqe.io import JsonlAppender, read_jsonl

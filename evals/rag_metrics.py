@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from evals.korean import answer_morphemes, hangul_share
-from evals.rag_task import ABSTAIN, LENGTHS, MC_TASK, TASK
+from evals.rag_context import ABSTAIN
+from evals.rag_task import LENGTHS, MC_TASK, TASK
 from evals.stats import BOOTSTRAP_RESAMPLES, SEED, percentile_ci
 from kqe.records import ItemResult
 

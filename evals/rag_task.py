@@ -22,15 +22,27 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from evals import rag_docs, rag_questions, rag_retrieval
 from evals.prompts import PromptItem, stratified_sample
+from evals.rag_context import (
+    ABSTAIN,
+    GEN_SUFFIX,
+    INSTRUCTION,
+    LETTERS,
+    MAX_NEW_TOKENS,
+    MC_SUFFIX,
+    Budgeter,
+    fit_context,
+    hf_budgeter,
+    mc_choices,
+    render_context,
+)
 from evals.rag_docs import Passage
 from evals.rag_questions import Question
 from kqe.errors import UserError
@@ -44,22 +56,11 @@ TASK = "ko_rag"
 MC_TASK = "ko_rag_mc"
 LENGTHS = {"1k": 1024, "2k": 2048, "4k": 4096, "16k": 16384}
 """The sweep: label -> tokens of the whole request. Fixed, because the leaderboard has a column per label."""
-MAX_NEW_TOKENS = 32
-"""Answer room: greedy generation stops here (or at a newline)."""
 DATA_FORMAT = 1
-"""Bump when the rows, the prompt templates or the context rules change: part of the cache key."""
+"""Bump when the rows, the prompt templates or the context rules (`evals/rag_context.py`) change: part
+of the cache key."""
 ROWS_FILE = "ko_rag.jsonl"
 MANIFEST_FILE = "ko_rag.source.json"
-
-ABSTAIN = "답할 수 없음"
-INSTRUCTION = (
-    "다음 문서를 읽고 질문에 답하세요. 답은 문서에 나온 짧은 구절로만 쓰고, "
-    f'문서에 답이 없으면 "{ABSTAIN}"이라고 쓰세요.\n\n'
-)
-PASSAGE = "[문서] {title}\n{text}\n\n"
-GEN_SUFFIX = "질문: {question}\n답:"
-MC_SUFFIX = "질문: {question}\nA. {0}\nB. {1}\nC. {2}\nD. {3}\n정답:"
-LETTERS = "ABCD"
 
 
 @dataclass(frozen=True)
@@ -96,74 +97,6 @@ def sample_questions(questions: list[Question], limit: int | None, seed: int) ->
     return [questions[row["index"]] for row in stratified_sample(rows, limit, seed)]
 
 
-def mc_choices(question: Question, pool: Sequence[Question], seed: int) -> tuple[list[str], int]:
-    """Four choices and the gold index: the answer (or ABSTAIN), distractor answers of other questions
-    (same type and document first), and ABSTAIN; order drawn per question."""
-    gold = question.answers[0] if question.answerable else ABSTAIN
-    taken = {gold, *question.answers}
-    document = question.gold_passages[0].split("/")[0] if question.gold_passages else ""
-    rng = random.Random(f"{seed}/{question.id}/choices")
-    candidates = [q for q in pool if q.answerable and q.id != question.id]
-    tiers = [
-        [q for q in candidates if q.type == question.type and q.gold_passages[0].startswith(document + "/")],
-        [q for q in candidates if q.type == question.type],
-        candidates,
-    ]
-    wanted = 2 if question.answerable else 3
-    distractors: list[str] = []
-    for tier in tiers:
-        options = sorted({q.answers[0] for q in tier} - taken - set(distractors))
-        rng.shuffle(options)
-        distractors += options[: wanted - len(distractors)]
-    if len(distractors) < wanted:
-        raise UserError(f"question {question.id}: too few other answers for multiple-choice distractors")
-    choices = [gold, *distractors] + ([ABSTAIN] if question.answerable else [])
-    rng.shuffle(choices)
-    return choices, choices.index(gold)
-
-
-def render_context(passages: Sequence[Passage]) -> str:
-    """The instruction and the passages: the shared prefix of both prompts."""
-    return INSTRUCTION + "".join(PASSAGE.format(title=p.title, text=p.text) for p in passages)
-
-
-@dataclass(frozen=True)
-class Budgeter:
-    """Token counts of the target model: `encode` gives a whole prompt's ids (BOS included)."""
-
-    encode: Callable[[str], list[int]]
-    encode_plain: Callable[[str], list[int]]
-    """Ids without special tokens, for sizing one passage."""
-
-    def sizes(self, passages: Sequence[Passage]) -> dict[str, int]:
-        return {p.id: len(self.encode_plain(PASSAGE.format(title=p.title, text=p.text))) for p in passages}
-
-    def need(self, context: str, gen_suffix: str, mc_suffix: str) -> tuple[int, int]:
-        """(tokens a length must hold, gen prompt tokens): the longer of the generation prompt plus
-        its answer room and the multiple-choice prompt plus one letter."""
-        gen = len(self.encode(context + gen_suffix))
-        return max(gen + MAX_NEW_TOKENS, len(self.encode(context + mc_suffix)) + 1), gen
-
-
-def _fit(
-    plan: rag_retrieval.ContextPlan,
-    passages: dict[str, Passage],
-    budgeter: Budgeter,
-    suffixes: tuple[str, str],
-    length: int,
-) -> tuple[rag_retrieval.ContextPlan, int]:
-    """The plan cut to fit `length` exactly, and its generation prompt's token count."""
-    counted: dict[tuple[str, ...], tuple[int, int]] = {}
-
-    def need(ids: Sequence[str]) -> int:
-        context = render_context([passages[pid] for pid in ids])
-        counted[tuple(ids)] = budgeter.need(context, *suffixes)
-        return counted[tuple(ids)][0]
-
-    fitted = rag_retrieval.fit_plan(plan, need, length)
-    return fitted, counted[fitted.passage_ids][1]
-
-
 def question_rows(
     question: Question,
     retrieved: list[str],
@@ -185,7 +118,7 @@ def question_rows(
                 f"question {question.id} alone needs {fixed} tokens, more than the {label} context"
             )
         plan = rag_retrieval.plan_context(retrieved, sizes, length - fixed, f"{seed}/{question.id}")
-        plan, prompt_tokens = _fit(plan, passages, budgeter, (gen_suffix, mc_suffix), length)
+        plan, prompt_tokens = fit_context(plan, passages, budgeter, (gen_suffix, mc_suffix), length)
         context = render_context([passages[pid] for pid in plan.passage_ids])
         rows.append(
             {
@@ -266,16 +199,6 @@ def build_rows(
     for label, reason in skipped.items():
         log.warning("ko_rag: %s context skipped (%s)", label, reason)
     return rows, manifest
-
-
-def hf_budgeter(tokenizer_dir: Path) -> Budgeter:
-    """Token counts with the checkpoint's tokenizer, encoded the way lm-eval's hf model encodes."""
-    from evals.score import ChoiceTokenizer
-
-    tokenizer = ChoiceTokenizer(tokenizer_dir)
-    return Budgeter(
-        tokenizer.tok_encode, lambda text: list(tokenizer.tokenizer.encode(text, add_special_tokens=False))
-    )
 
 
 def _tokenizer_identity(tokenizer_dir: Path) -> str:

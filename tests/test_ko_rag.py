@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from evals import rag_docs, rag_metrics, rag_task
+from evals import rag_context, rag_docs, rag_metrics, rag_task
 from evals.prompts import TASKS_DIR
 from evals.rag_retrieval import Bm25, Retriever, recall_at_k
 from evals.score import ChoiceTokenizer
@@ -196,7 +196,7 @@ def test_contexts_fill_the_budget_in_tokens_and_skip_what_does_not_fit(
     user_data: Path, tiny_model_dir: Path
 ) -> None:
     source = rag_task.load_source(Workspace.from_env(), user_data)
-    budgeter = rag_task.hf_budgeter(tiny_model_dir)
+    budgeter = rag_context.hf_budgeter(tiny_model_dir)
     rows, manifest = rag_task.build_rows(source, budgeter, max_model_len=2048, limit=None, seed=0)
     assert manifest["lengths"] == {"1k": 1024, "2k": 2048}
     assert set(manifest["skipped"]) == {"4k", "16k"} and manifest["recall_at_k"] == 1.0
@@ -205,9 +205,9 @@ def test_contexts_fill_the_budget_in_tokens_and_skip_what_does_not_fit(
     for row in rows:
         length = rag_task.LENGTHS[row["length"]]
         assert len(encode(row["prompt"])) == row["prompt_tokens"]
-        assert row["prompt_tokens"] + rag_task.MAX_NEW_TOKENS <= length
+        assert row["prompt_tokens"] + rag_context.MAX_NEW_TOKENS <= length
         assert len(encode(row["mc_prompt"])) + 1 <= length
-        assert row["prompt"].startswith(rag_task.INSTRUCTION) and row["prompt"].endswith("\n답:")
+        assert row["prompt"].startswith(rag_context.INSTRUCTION) and row["prompt"].endswith("\n답:")
         assert row["mc_prompt"].endswith("\n정답:") and row["choices"][row["mc_gold"]] == row["reference"]
     by_question: dict[str, dict[str, Any]] = {}
     for row in rows:
@@ -221,10 +221,10 @@ def test_contexts_fill_the_budget_in_tokens_and_skip_what_does_not_fit(
 def test_mc_choices_are_four_distinct_with_abstention_and_stable(user_data: Path) -> None:
     questions = rag_task.load_source(Workspace.from_env(), user_data).questions
     for question in questions:
-        choices, gold = rag_task.mc_choices(question, questions, seed=3)
-        assert len(set(choices)) == 4 and rag_task.ABSTAIN in choices
-        assert choices[gold] == (question.answers[0] if question.answerable else rag_task.ABSTAIN)
-        assert rag_task.mc_choices(question, questions, seed=3) == (choices, gold)
+        choices, gold = rag_context.mc_choices(question, questions, seed=3)
+        assert len(set(choices)) == 4 and rag_context.ABSTAIN in choices
+        assert choices[gold] == (question.answers[0] if question.answerable else rag_context.ABSTAIN)
+        assert rag_context.mc_choices(question, questions, seed=3) == (choices, gold)
 
 
 @pytest.mark.parametrize(
