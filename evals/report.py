@@ -162,59 +162,58 @@ def report_markdown(
     plots: dict[str, Path],
     cards: dict[str, Path],
 ) -> str:
+    """The report: every checkpoint against bf16 on the same items, the plots, the caveats and links to
+    the model cards."""
     model = rows[0].model
-    profile = rows[0].serve_profile
     lines = [
-        f"# {model}: what quantization costs and buys",
+        *_introduction(rows, spec),
+        *_summary_table(rows),
         "",
-        f"Base model: {spec.hub_id}@{spec.revision[:12]}" if spec else f"Base model: {model}",
-        f"Serve profile (every checkpoint): `{profile}`; versions: `{rows[0].versions}`.",
-        f"Reproduce: `{rows[0].command}`",
+        *_section("Micro and macro averages", averages.markdown_section(rows)),
+        *_section(
+            "Quality loss against memory",
+            [
+                f"![quality loss vs memory]({plots['pareto']})",
+                "",
+                f"To pick a checkpoint for a GPU: `kqe choose --leaderboard results/{model}/leaderboard.csv "
+                "--gpu rtx4090 --max-loss 1`.",
+            ],
+        ),
+        *_section("Δ per task", [f"![delta per task]({plots['deltas']})"]),
+        *_section(
+            "Answers flipped",
+            [
+                "A small Δ with many flips both ways means the model changed behaviour while its score "
+                "did not.",
+                "",
+                f"![flips]({plots['flips']})",
+                "",
+                *_flips_table(rows),
+            ],
+        ),
+        *_section("Calibration effect", [_calibration_section(rows, plots)]),
+        *_section("Caveats", [f"- {note}" for note in caveats(rows, run, spec)]),
+    ]
+    if cards:
+        lines += _section("Model cards", [f"- [{name}](cards/{path.name})" for name, path in cards.items()])
+    return "\n".join(lines)
+
+
+def _introduction(rows: Sequence[LeaderboardRow], spec: ModelSpec | None) -> list[str]:
+    """Title, base model, serve profile, how to reproduce, and how to read Δ."""
+    first = rows[0]
+    return [
+        f"# {first.model}: what quantization costs and buys",
+        "",
+        f"Base model: {spec.hub_id}@{spec.revision[:12]}" if spec else f"Base model: {first.model}",
+        f"Serve profile (every checkpoint): `{first.serve_profile}`; versions: `{first.versions}`.",
+        f"Reproduce: `{first.command}`",
         "",
         "Δ is the checkpoint's accuracy minus bf16's on the same items, in points; the 95% CI resamples "
         "whole subjects with both checkpoints paired. Verdicts judge against a 1-point margin.",
         "",
-        *_summary_table(rows),
-        "",
-        "## Micro and macro averages",
-        "",
-        *averages.markdown_section(rows),
-        "",
-        "## Quality loss against memory",
-        "",
-        f"![quality loss vs memory]({plots['pareto']})",
-        "",
-        f"To pick a checkpoint for a GPU: `kqe choose --leaderboard results/{model}/leaderboard.csv "
-        "--gpu rtx4090 --max-loss 1`.",
-        "",
-        "## Δ per task",
-        "",
-        f"![delta per task]({plots['deltas']})",
-        "",
-        "## Answers flipped",
-        "",
-        "A small Δ with many flips both ways means the model changed behaviour while its score did not.",
-        "",
-        f"![flips]({plots['flips']})",
-        "",
-        *_flips_table(rows),
-        "",
-        "## Calibration effect",
-        "",
     ]
-    lines += [
-        _calibration_section(rows, plots),
-        "",
-        "## Caveats",
-        "",
-        *[f"- {note}" for note in caveats(rows, run, spec)],
-        "",
-    ]
-    if cards:
-        lines += [
-            "## Model cards",
-            "",
-            *[f"- [{name}](cards/{path.name})" for name, path in cards.items()],
-            "",
-        ]
-    return "\n".join(lines)
+
+
+def _section(title: str, body: Sequence[str]) -> list[str]:
+    return [f"## {title}", "", *body, ""]
