@@ -86,42 +86,65 @@ def build_row(
     `serving` is how this machine's engine serves the checkpoint (`quantize.hardware`).
     """
     cells: dict = {name: None for name in COLUMNS}
-    for task, prefix in TASK_COLUMNS.items():
-        if task in runs or task in comparisons:  # of tasks sharing a prefix, the one scored fills it
-            cells.update(_task_cells(prefix, runs.get(task), comparisons.get(task)))
-        effect = (calibration_effect or {}).get(task)
-        if effect is not None:
-            cells.update(_calibration_effect_cells(prefix, effect))
-    if calibration_effect:
-        cells["calib_effect_vs"] = calibration_control
+    cells.update(_comparison_cells(runs, comparisons, calibration_control, calibration_effect or {}))
     cells.update(averages or {})
     cells.update(_scheme_cells(checkpoint, serving))
     speeds = [run.items_per_s for run in runs.values() if run.items_per_s]
     all_versions = checkpoint.package_versions | (engine_versions or {})
-    versions = ";".join(f"{k}={v}" for k, v in sorted(all_versions.items()))
     cells.update(
-        schema_version=SCHEMA_VERSION,
-        model=checkpoint.model,
-        checkpoint=checkpoint.name,
-        scheme=checkpoint.scheme,
-        calibration=calibration,
-        status=status,
-        suite_version=__version__,
-        date=datetime.now(UTC).isoformat(timespec="seconds"),
-        weights_gib=memory.weights_gib if memory else None,
-        **_saving(base_memory, memory),
+        **_identity_cells(
+            checkpoint.model, checkpoint.name, checkpoint.scheme, calibration, status, serve_profile, command
+        ),
+        **_memory_cells(base_memory, memory),
         **_capacity(capacity),
-        kv_cache_gib=memory.kv_cache_gib if memory else None,
-        kv_cache_tokens=memory.kv_cache_tokens if memory else None,
-        max_concurrency=memory.max_concurrency if memory else None,
         disk_gib=round(checkpoint.disk_bytes / 2**30, 3),
         items_per_s=round(median(speeds), 2) if speeds else None,
-        serve_profile=serve_profile,
         checkpoint_key=checkpoint.key,
-        versions=versions,
-        command=command,
+        versions=";".join(f"{k}={v}" for k, v in sorted(all_versions.items())),
     )
     return LeaderboardRow(**cells)
+
+
+def _comparison_cells(
+    runs: dict[str, ScoreRun],
+    comparisons: dict[str, Comparison],
+    calibration_control: str | None,
+    calibration_effect: dict[str, Comparison],
+) -> dict:
+    """Accuracy, comparison with the base and calibration effect, per task column prefix."""
+    cells: dict = {}
+    for task, prefix in TASK_COLUMNS.items():
+        if task in runs or task in comparisons:  # of tasks sharing a prefix, the one scored fills it
+            cells.update(_task_cells(prefix, runs.get(task), comparisons.get(task)))
+        effect = calibration_effect.get(task)
+        if effect is not None:
+            cells.update(_calibration_effect_cells(prefix, effect))
+    if calibration_effect:
+        cells["calib_effect_vs"] = calibration_control
+    return cells
+
+
+def _identity_cells(
+    model: str, checkpoint: str, scheme: str, calibration: str, status: str, serve_profile: str, command: str
+) -> dict[str, object]:
+    """What a row is and how it was made, which every row has, built or failed."""
+    return {
+        "schema_version": SCHEMA_VERSION, "model": model, "checkpoint": checkpoint, "scheme": scheme,
+        "calibration": calibration, "status": status, "suite_version": __version__,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"), "serve_profile": serve_profile,
+        "command": command,
+    }  # fmt: skip
+
+
+def _memory_cells(base: MemoryReport | None, memory: MemoryReport | None) -> dict[str, float | int | None]:
+    """What vLLM reported about memory, and the weights saved against the base."""
+    return {
+        "weights_gib": memory.weights_gib if memory else None,
+        **_saving(base, memory),
+        "kv_cache_gib": memory.kv_cache_gib if memory else None,
+        "kv_cache_tokens": memory.kv_cache_tokens if memory else None,
+        "max_concurrency": memory.max_concurrency if memory else None,
+    }
 
 
 def _calibration_effect_cells(prefix: str, effect: Comparison) -> dict[str, float]:
@@ -140,11 +163,10 @@ def failed_row(
     """The row of a checkpoint that could not be built or found: the status says why, the rest is empty."""
     cells: dict = {name: None for name in COLUMNS}
     cells.update(
-        schema_version=SCHEMA_VERSION, model=model, checkpoint=checkpoint, scheme=scheme,
-        calibration=calibration, status=status, suite_version=__version__,
-        date=datetime.now(UTC).isoformat(timespec="seconds"), serve_profile=serve_profile,
-        checkpoint_key="", versions="", command=command,
-    )  # fmt: skip
+        _identity_cells(model, checkpoint, scheme, calibration, status, serve_profile, command),
+        checkpoint_key="",
+        versions="",
+    )
     return LeaderboardRow(**cells)
 
 
