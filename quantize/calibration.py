@@ -19,6 +19,7 @@ import math
 import random
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -151,29 +152,12 @@ def build_calibration_set(
     and `<name>-<key>.json` under `out_dir` (default `ws.calibration(model)`); the same inputs give
     the same key and byte-identical files.
     """
+    asked = _Asked(name, mix, samples, seq_len, seed, tokenizer_dir, chat_template, allow_contamination)
     check_mix(mix, name)
     check_lengths(model, tokenizer_dir, samples, seq_len, name)
-    specs = [s for s in (default_sources() if sources is None else sources) if not s.holdout]
-    texts = read_sources(ws, specs)
-    missing = [lang for lang, share in mix.items() if share > 0 and all(s.lang != lang for s, _ in texts)]
-    if missing:
-        raise UserError(
-            f"calibration mix {name!r} asks for {missing[0]} text but no {missing[0]} source is declared"
-        )
+    texts = _source_texts(ws, sources, mix, name)
     guard = None if allow_contamination or not eval_items else ContaminationGuard(eval_items)
-    key = content_hash(
-        {
-            "builder": BUILDER_VERSION,
-            "sources": [source.model_dump(mode="json") for source, _ in texts],
-            "mix": mix,
-            "samples": samples,
-            "seq_len": seq_len,
-            "seed": seed,
-            "tokenizer": tokenizer_hash(tokenizer_dir),
-            "chat_template": chat_template,
-            "contamination": None if guard is None else [guard.fingerprint, guard.n],
-        }
-    )
+    key = _set_key(asked, texts, guard)
     folder = ws.calibration(model) if out_dir is None else out_dir
     record_path, samples_path = (
         folder / f"{safe_name(name)}-{key}.json",
@@ -184,27 +168,7 @@ def build_calibration_set(
         if record.sha256 == sha256_of(samples_path.read_bytes()):
             log.info("calibration set %s reused (%s)", name, record_path)
             return record
-    tokenizer = _load_tokenizer(tokenizer_dir)
-    framing = chat_framing(tokenizer, str(tokenizer_dir)) if chat_template else Framing()
-    cutter = WindowCutter(tokenizer, seq_len, framing, guard)
-    lines, dropped = _cut_samples(cutter, texts, mix, samples, seed)
-    body = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
-    record = CalibrationSet(
-        name=name,
-        mix=mix,
-        tokenizer=str(tokenizer_dir),
-        samples=samples,
-        seq_len=seq_len,
-        seed=seed,
-        sources=[source for source, _ in texts],
-        path=str(samples_path),
-        sha256=sha256_of(body),
-        dropped=dict(sorted(dropped.items())),
-        contamination_items=0 if guard is None else guard.items,
-        contamination_allowed=allow_contamination,
-        chat_template=chat_template,
-        **_measure(lines),
-    )
+    record, body = _cut_set(asked, texts, guard, samples_path)
     _check_shares(mix, record.measured_shares, name, samples)
     write_atomic(samples_path, body)
     write_record(record_path, record)
@@ -213,6 +177,80 @@ def build_calibration_set(
         name, record.tokens_by_lang, record.measured_shares, record.dropped, samples_path,
     )  # fmt: skip
     return record
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """What a calibration set is asked to be, beside its sources: what its key and record hold."""
+
+    name: str
+    mix: dict[str, float]
+    samples: int
+    seq_len: int
+    seed: int
+    tokenizer_dir: Path
+    chat_template: bool
+    allow_contamination: bool
+
+
+def _source_texts(
+    ws: Workspace, sources: Sequence[SourceSpec] | None, mix: dict[str, float], name: str
+) -> list[tuple[SourceFile, str]]:
+    """The texts of the sources that are not held out; UserError when the mix asks for a language that
+    no source has."""
+    specs = [s for s in (default_sources() if sources is None else sources) if not s.holdout]
+    texts = read_sources(ws, specs)
+    missing = [lang for lang, share in mix.items() if share > 0 and all(s.lang != lang for s, _ in texts)]
+    if missing:
+        raise UserError(
+            f"calibration mix {name!r} asks for {missing[0]} text but no {missing[0]} source is declared"
+        )
+    return texts
+
+
+def _set_key(asked: _Asked, texts: list[tuple[SourceFile, str]], guard: ContaminationGuard | None) -> str:
+    """Hash of every input of the set: the same inputs give the same key and the same bytes."""
+    return content_hash(
+        {
+            "builder": BUILDER_VERSION,
+            "sources": [source.model_dump(mode="json") for source, _ in texts],
+            "mix": asked.mix,
+            "samples": asked.samples,
+            "seq_len": asked.seq_len,
+            "seed": asked.seed,
+            "tokenizer": tokenizer_hash(asked.tokenizer_dir),
+            "chat_template": asked.chat_template,
+            "contamination": None if guard is None else [guard.fingerprint, guard.n],
+        }
+    )
+
+
+def _cut_set(
+    asked: _Asked, texts: list[tuple[SourceFile, str]], guard: ContaminationGuard | None, samples_path: Path
+) -> tuple[CalibrationSet, str]:
+    """The set's record and its samples file's text, cut with the target tokenizer."""
+    tokenizer = _load_tokenizer(asked.tokenizer_dir)
+    framing = chat_framing(tokenizer, str(asked.tokenizer_dir)) if asked.chat_template else Framing()
+    cutter = WindowCutter(tokenizer, asked.seq_len, framing, guard)
+    lines, dropped = _cut_samples(cutter, texts, asked.mix, asked.samples, asked.seed)
+    body = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
+    record = CalibrationSet(
+        name=asked.name,
+        mix=asked.mix,
+        tokenizer=str(asked.tokenizer_dir),
+        samples=asked.samples,
+        seq_len=asked.seq_len,
+        seed=asked.seed,
+        sources=[source for source, _ in texts],
+        path=str(samples_path),
+        sha256=sha256_of(body),
+        dropped=dict(sorted(dropped.items())),
+        contamination_items=0 if guard is None else guard.items,
+        contamination_allowed=asked.allow_contamination,
+        chat_template=asked.chat_template,
+        **_measure(lines),
+    )
+    return record, body
 
 
 def _load_tokenizer(tokenizer_dir: Path) -> Any:
