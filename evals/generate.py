@@ -13,20 +13,17 @@ the generated text, F1 and Hangul share, with `correct` = exact match for the pa
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import time
 from collections.abc import Callable, Generator
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
 from evals.rag_context import ABSTAIN, MAX_NEW_TOKENS
 from evals.rag_metrics import score_answer
 from evals.rag_task import TASK, RagItem
-from evals.score import ChoiceTokenizer, CompletionsClient, prompt_sha, summarize
+from evals.score import ChoiceTokenizer, CompletionsClient, prompt_sha
+from evals.scoring_pass import results_as_done, score_missing
 from kqe.errors import UserError
-from kqe.io import JsonlAppender, read_jsonl
 from kqe.records import ItemResult, ScoreRun
 
 log = logging.getLogger(__name__)
@@ -83,18 +80,6 @@ class GenerationClient(CompletionsClient):
         return generated_text(self._call("POST", "/v1/completions", body), item_id)
 
 
-def _resumable(items_path: Path, items: list[RagItem]) -> list[ItemResult]:
-    """Results in `items_path` to keep: one per item, none scored on another prompt."""
-    shas = {item.item_id: prompt_sha(item.prompt) for item in items}
-    kept: dict[str, ItemResult] = {}
-    for result in read_jsonl(items_path, ItemResult):
-        if result.item_id in shas and result.prompt_sha != shas[result.item_id]:
-            log.warning("%s: %s was scored on another prompt; scoring it again", items_path, result.item_id)
-            continue
-        kept.setdefault(result.item_id, result)
-    return list(kept.values())
-
-
 def score_generation(
     items: list[RagItem],
     tokenizer_dir: Path,
@@ -109,50 +94,38 @@ def score_generation(
 ) -> ScoreRun:
     """Generate and score every item through the server, resuming from `items_path` (one flushed line
     per finished item, so a crash loses at most the requests in flight)."""
-    kept = _resumable(items_path, items)
-    wanted = {item.item_id for item in items}
-    results = {result.item_id: result for result in kept if result.item_id in wanted}
-    todo = [item for item in items if item.item_id not in results]
-    items_per_s = None
-    if progress:
-        progress(len(results), len(items))
-    with JsonlAppender(items_path, keep=kept) as appender:
-        if todo:
-            tokenizer = ChoiceTokenizer(tokenizer_dir)
-            encoded = [(item, tokenizer.tok_encode(item.prompt)) for item in todo]
-            started = time.perf_counter()
-            scored = _generate(
-                encoded, GenerationClient(base_url, api_key, served_name, concurrency), concurrency
-            )
-            with contextlib.closing(scored):  # on any error: stop the pool, drop what is in flight
-                for result in scored:
-                    appender.append(result)
-                    results[result.item_id] = result
-                    if progress:
-                        progress(len(results), len(items))
-            items_per_s = len(todo) / (time.perf_counter() - started)
-            log.info("%s %s: %d items at %.2f items/s", checkpoint, TASK, len(todo), items_per_s)
-    return summarize(list(results.values()), checkpoint, TASK, items_path, profile_key, items_per_s)
+    shas = {item.item_id: prompt_sha(item.prompt) for item in items}
+
+    def stale(result: ItemResult) -> bool:
+        return result.item_id in shas and result.prompt_sha != shas[result.item_id]
+
+    def start(todo: list[str]) -> Generator[ItemResult, None, None]:
+        left = set(todo)
+        tokenizer = ChoiceTokenizer(tokenizer_dir)
+        encoded = [(item, tokenizer.tok_encode(item.prompt)) for item in items if item.item_id in left]
+        return _generate(encoded, GenerationClient(base_url, api_key, served_name, concurrency), concurrency)
+
+    ids = [item.item_id for item in items]
+    return score_missing(ids, stale, start, items_path, checkpoint, TASK, profile_key, progress)
 
 
 def _generate(
     encoded: list[tuple[RagItem, list[int]]], client: GenerationClient, concurrency: int
 ) -> Generator[ItemResult, None, None]:
     """Yield results as they finish, at most `concurrency` requests in flight."""
-    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="kqe-generate")
-    try:
-        served = client.max_model_len()
+
+    def check_fits(served: int) -> None:
         longest = max(encoded, key=lambda pair: len(pair[1]))
         if len(longest[1]) + MAX_NEW_TOKENS > served:
             raise UserError(
                 f"{longest[0].item_id} has {len(longest[1])} prompt tokens, more than the served "
                 f"max-model-len {served} allows with {MAX_NEW_TOKENS} answer tokens: prepare ko_rag for it"
             )
-        futures: dict[Future[str], RagItem] = {
-            pool.submit(client.generate, ids, item.item_id): item for item, ids in encoded
-        }
-        for future in as_completed(futures):
-            yield generation_result(futures[future], future.result())
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-        client.close()
+
+    def send(pair: tuple[RagItem, list[int]]) -> str:
+        return client.generate(pair[1], pair[0].item_id)
+
+    def results_of(pair: tuple[RagItem, list[int]], text: str) -> list[ItemResult]:
+        return [generation_result(pair[0], text)]
+
+    return results_as_done(client, encoded, send, results_of, check_fits, concurrency)

@@ -26,13 +26,11 @@ up front (lm-eval's hf backend would silently cut its left end instead).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import logging
 import time
 from collections.abc import Callable, Generator
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,9 +38,8 @@ from typing import Any
 import httpx
 
 from evals.prompts import PromptItem
+from evals.scoring_pass import results_as_done, score_missing
 from kqe.errors import UserError
-from kqe.faults import pause_point
-from kqe.io import JsonlAppender, read_jsonl
 from kqe.records import ItemResult, ScoreRun
 
 log = logging.getLogger(__name__)
@@ -232,23 +229,6 @@ class CompletionsClient:
         return choice_logprobs(self._call("POST", "/v1/completions", body), batch)
 
 
-def resumable(items_path: Path, prompts: list[PromptItem]) -> list[ItemResult]:
-    """Results already in `items_path` worth keeping: one per item_id, none stale for these prompts.
-
-    A result is stale when an item of `prompts` with its id now has another prompt or gold: it is
-    dropped so the item is scored again. Results of items outside `prompts` are kept untouched.
-    """
-    current = {item.item_id: item for item in prompts}
-    kept: dict[str, ItemResult] = {}
-    for result in read_jsonl(items_path, ItemResult):
-        item = current.get(result.item_id)
-        if item is not None and (result.prompt_sha != prompt_sha(item.prompt) or result.gold != item.gold):
-            log.warning("%s: %s was scored on another prompt; scoring it again", items_path, result.item_id)
-            continue
-        kept.setdefault(result.item_id, result)
-    return list(kept.values())
-
-
 def _check_lengths(encoded: list[EncodedItem], max_model_len: int) -> None:
     longest = max(encoded, key=lambda e: len(e.context_ids))
     if len(longest.context_ids) + 1 > max_model_len:
@@ -274,74 +254,36 @@ def score_task(
     """Score every prompt of one task through the server, resuming from `items_path`.
 
     Finished items are appended to `items_path` one flushed line at a time, so a crash loses at most
-    the requests in flight; a re-run scores only the items not there yet. `concurrency` requests of
-    up to `batch_items` items each are in flight.
+    the requests in flight; a re-run scores only the items not there yet (or whose prompt or gold
+    changed). `concurrency` requests of up to `batch_items` items each are in flight.
     """
     tasks = {item.task for item in prompts}
     if len(tasks) != 1:
         raise ValueError(f"score_task needs the prompts of exactly one task, got {sorted(tasks) or 'none'}")
-    task = tasks.pop()
-    kept = resumable(items_path, prompts)
-    wanted = {item.item_id for item in prompts}
-    results = {result.item_id: result for result in kept if result.item_id in wanted}
-    todo = [item for item in prompts if item.item_id not in results]
-    items_per_s = None
-    if progress:
-        progress(len(results), len(prompts))
-    with JsonlAppender(items_path, keep=kept) as appender:
-        if todo:
-            tokenizer = choice_tokenizer(tokenizer_dir.resolve())
-            encoded = [tokenizer.encode(item) for item in todo]
-            client = CompletionsClient(base_url, api_key, served_name, concurrency)
-            started = time.perf_counter()
-            scored = _score_encoded(batches(encoded, batch_items), client, concurrency)
-            with contextlib.closing(scored):  # on any error: stop the pool, drop what is in flight
-                for result in scored:
-                    appender.append(result)
-                    results[result.item_id] = result
-                    pause_point(f"scored {checkpoint} {task} {len(results)}")
-                    if progress:
-                        progress(len(results), len(prompts))
-            items_per_s = len(todo) / (time.perf_counter() - started)
-            log.info("%s %s: %d items at %.2f items/s", checkpoint, task, len(todo), items_per_s)
-    return summarize(list(results.values()), checkpoint, task, items_path, profile_key, items_per_s)
+    current = {item.item_id: item for item in prompts}
 
+    def stale(result: ItemResult) -> bool:
+        item = current.get(result.item_id)
+        return item is not None and (result.prompt_sha != prompt_sha(item.prompt) or result.gold != item.gold)
 
-def summarize(
-    results: list[ItemResult],
-    checkpoint: str,
-    task: str,
-    items_path: Path,
-    profile_key: str,
-    items_per_s: float | None = None,
-) -> ScoreRun:
-    """The ScoreRun of a task's item results (micro accuracy)."""
-    if not results:
-        raise ValueError(f"no results to summarize for {checkpoint} {task}")
-    return ScoreRun(
-        checkpoint=checkpoint,
-        task=task,
-        n_items=len(results),
-        accuracy=sum(result.correct for result in results) / len(results),
-        items_per_s=items_per_s,
-        items_path=str(items_path),
-        profile_key=profile_key,
-    )
+    def start(todo: list[str]) -> Generator[ItemResult, None, None]:
+        left = set(todo)
+        tokenizer = choice_tokenizer(tokenizer_dir.resolve())
+        encoded = [tokenizer.encode(item) for item in prompts if item.item_id in left]
+        client = CompletionsClient(base_url, api_key, served_name, concurrency)
+        return _score_encoded(batches(encoded, batch_items), client, concurrency)
+
+    ids = [item.item_id for item in prompts]
+    return score_missing(ids, stale, start, items_path, checkpoint, tasks.pop(), profile_key, progress)
 
 
 def _score_encoded(
     requests: list[list[EncodedItem]], client: CompletionsClient, concurrency: int
 ) -> Generator[ItemResult, None, None]:
     """Yield results as their requests finish, at most `concurrency` requests in flight."""
-    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="kqe-score")
-    try:
-        _check_lengths([item for batch in requests for item in batch], client.max_model_len())
-        futures: dict[Future[list[list[float]]], list[EncodedItem]] = {
-            pool.submit(client.read_choices, batch): batch for batch in requests
-        }
-        for future in as_completed(futures):
-            for encoded, logprobs in zip(futures[future], future.result(), strict=True):
-                yield item_result(encoded.item, logprobs)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-        client.close()
+
+    def results_of(batch: list[EncodedItem], logprobs: list[list[float]]) -> list[ItemResult]:
+        return [item_result(encoded.item, read) for encoded, read in zip(batch, logprobs, strict=True)]
+
+    check_fits = functools.partial(_check_lengths, [item for batch in requests for item in batch])
+    return results_as_done(client, requests, client.read_choices, results_of, check_fits, concurrency)
