@@ -23,13 +23,13 @@ User documents come as `docs.jsonl`, one passage per line: {"id": "...", "title"
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from evals.korean import is_hangul, space_between
+from evals.rag_jsonl import read_entries
 from kqe.errors import UserError
 
 MAX_CHARS = 700
@@ -283,22 +283,4 @@ def _passage(row: object, where: str) -> Passage:
 
 def read_docs_jsonl(path: Path) -> list[Passage]:
     """User passages from `docs.jsonl`; a bad line is a one-line error naming the file and line."""
-    if not path.is_file():
-        raise UserError(f"{path} not found: a ko_rag data folder needs docs.jsonl and questions.jsonl")
-    passages: list[Passage] = []
-    seen: dict[str, int] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").split("\n"), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            passage = _passage(json.loads(line), where)
-        except ValueError as exc:
-            raise UserError(f"{where}: not JSON ({exc}): write one JSON object per line") from None
-        if passage.id in seen:
-            raise UserError(f"{where}: passage id {passage.id!r} already used on line {seen[passage.id]}")
-        seen[passage.id] = number
-        passages.append(passage)
-    if not passages:
-        raise UserError(f"{path} holds no passages: write one JSON object per line")
-    return passages
+    return read_entries(path, _passage, "passage")

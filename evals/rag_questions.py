@@ -19,12 +19,12 @@ user set when it is loaded.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evals.rag_jsonl import read_entries
 from kqe.errors import UserError
 
 QUESTIONS_PATH = Path(__file__).resolve().parent / "ko_rag" / "questions.jsonl"
@@ -102,24 +102,8 @@ def _check(question: Question, passages: Mapping[str, str], where: str) -> None:
 
 def read_questions(path: Path, passages: Mapping[str, str]) -> list[Question]:
     """Questions of `path`, each validated against `passages` (id -> text)."""
-    if not path.is_file():
-        raise UserError(f"{path} not found: a ko_rag data folder needs docs.jsonl and questions.jsonl")
-    questions: list[Question] = []
-    seen: dict[str, int] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").split("\n"), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            raise UserError(f"{where}: not JSON ({exc}): write one JSON object per line") from None
-        question = _parse(row, where)
-        if question.id in seen:
-            raise UserError(f"{where}: question id {question.id!r} already used on line {seen[question.id]}")
-        seen[question.id] = number
+
+    def check(question: Question, where: str) -> None:
         _check(question, passages, where)
-        questions.append(question)
-    if not questions:
-        raise UserError(f"{path} holds no questions: write one JSON object per line")
-    return questions
+
+    return read_entries(path, _parse, "question", check)
