@@ -13,18 +13,12 @@ global layers while the windows are no longer than the sliding window: checked.
 
 from __future__ import annotations
 
-import json
-import logging
-import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from quantize._oneshot import REPORT_NAME, OneshotJob, calibration_ids
-from quantize.calibration import TOKENIZER_FILES
-
-log = logging.getLogger("quantize.autoawq")
+from quantize._oneshot import OneshotJob, calibration_ids, child_main, copy_tokenizer
 
 
 def support_gemma3(model_type: str) -> None:
@@ -112,9 +106,7 @@ def run(job: OneshotJob) -> dict[str, Any]:
     )
     calibrated = time.monotonic()
     model.save_quantized(str(out))
-    for name in TOKENIZER_FILES:  # copied, not re-saved: the checkpoint must tokenize as the base does
-        if (base / name).is_file():
-            shutil.copy2(base / name, out / name)
+    copy_tokenizer(base, out)
     saved = time.monotonic()
     return {
         "load_s": round(loaded - started, 2),
@@ -125,14 +117,5 @@ def run(job: OneshotJob) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str]) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
-    job = OneshotJob.model_validate_json(argv[0])
-    report = run(job)
-    (Path(job.out_dir) / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    log.info("autoawq %s done: %s", job.scheme, report)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(child_main(sys.argv[1:], run, "autoawq"))

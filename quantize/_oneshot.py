@@ -13,14 +13,13 @@ import shutil
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from quantize.calibration import TOKENIZER_FILES
-
-log = logging.getLogger("quantize.oneshot")
 
 REPORT_NAME = "kqe-oneshot.json"
 """Timings the child leaves in the checkpoint directory."""
@@ -134,10 +133,7 @@ def run(job: OneshotJob) -> dict[str, Any]:
     oneshot(model=model, tokenizer=tokenizer, recipe=recipe, **data)
     calibrated = time.monotonic()
     model.save_pretrained(out, save_compressed=True)
-    # Copied, not re-saved: the checkpoint must tokenize exactly as the base does.
-    for name in TOKENIZER_FILES:
-        if (base / name).is_file():
-            shutil.copy2(base / name, out / name)
+    copy_tokenizer(base, out)
     saved = time.monotonic()
     report.update(
         load_s=round(loaded - started, 2),
@@ -149,14 +145,24 @@ def run(job: OneshotJob) -> dict[str, Any]:
     return report
 
 
-def main(argv: list[str]) -> int:
+def copy_tokenizer(base: Path, out: Path) -> None:
+    """Copy the base's tokenizer files into the checkpoint: copied, not re-saved, so that the checkpoint
+    tokenizes exactly as the base does."""
+    for name in TOKENIZER_FILES:
+        if (base / name).is_file():
+            shutil.copy2(base / name, out / name)
+
+
+def child_main(argv: list[str], build: Callable[[OneshotJob], dict[str, Any]], tool: str) -> int:
+    """Entry point of a build child: build the job given as JSON in `argv[0]` with `build` (which
+    `tool` names in the log) and leave its report in the checkpoint directory."""
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
     job = OneshotJob.model_validate_json(argv[0])
-    report = run(job)
+    report = build(job)
     (Path(job.out_dir) / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    log.info("oneshot %s done: %s", job.scheme, report)
+    logging.getLogger(f"quantize.{tool}").info("%s %s done: %s", tool, job.scheme, report)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(child_main(sys.argv[1:], run, "oneshot"))
