@@ -33,6 +33,9 @@ from evals.vllm_memory import (
 from kqe.errors import UserError
 from kqe.records import MemoryReport, Record
 
+_MEMORY_FIELDS = ("weights_gib", "kv_cache_gib", "kv_cache_tokens", "max_concurrency", "max_model_len")
+"""What a plan and a `MemoryReport` from vLLM's log both state, under the same names."""
+
 
 class Plan(Record):
     """What `kqe plan` predicts for one checkpoint on one GPU type (per GPU under tensor parallel)."""
@@ -78,15 +81,8 @@ class Plan(Record):
 
     def memory_report(self) -> MemoryReport:
         """The plan as a memory record, comparable with what vLLM logged."""
-        return MemoryReport(
-            source="planner",
-            device=self.engine,
-            weights_gib=self.weights_gib,
-            kv_cache_gib=self.kv_cache_gib,
-            kv_cache_tokens=self.kv_cache_tokens,
-            max_concurrency=self.max_concurrency,
-            max_model_len=self.max_model_len,
-        )
+        shared = self.model_dump(include=set(_MEMORY_FIELDS))
+        return MemoryReport(source="planner", device=self.engine, **shared)
 
 
 def validate(req: PlanRequest) -> None:
