@@ -114,6 +114,26 @@ def test_missing_autoawq_names_its_install_line(
         check_recipe(tiny_model_dir, recipe_for("autoawq-w4a16"), "autoawq-w4a16 of tiny")
 
 
+def test_autoawq_is_refused_for_gemma3_before_building(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gemma = tmp_path / "gemma-like"
+    shutil.copytree(tiny_model_dir, gemma)
+    config = json.loads((gemma / "config.json").read_text())
+    (gemma / "config.json").write_text(json.dumps(config | {"model_type": "gemma3_text"}))
+    find_spec = importlib.util.find_spec  # as if the extra were installed: the model decides
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: find_spec("json") if name == "awq" else find_spec(name, *a),
+    )
+    with pytest.raises(
+        UserError, match=r"autoawq-w4a16 of g: autoawq 0\.2\.9 predates Gemma 3.*use awq-w4a16"
+    ):
+        check_recipe(gemma, recipe_for("autoawq-w4a16"), "autoawq-w4a16 of g")
+    check_recipe(tiny_model_dir, recipe_for("autoawq-w4a16"), "autoawq-w4a16 of tiny")  # Llama: fine
+
+
 def test_smoothquant_uses_the_norm_that_feeds_the_mlp() -> None:
     gemma_names = frozenset({"model.layers.0.pre_feedforward_layernorm", "model.layers.0.input_layernorm"})
     smoothing, rounding = W8A8Int8Recipe().modifiers(gemma_names)
@@ -254,31 +274,6 @@ def test_an_unquantized_extra_is_described_like_the_base(
     assert (ckpt.name, ckpt.scheme, ckpt.origin) == ("ext-copy", "unquantized", str(copy))
     assert ckpt.effective_bits == pytest.approx(16, abs=0.01) and ckpt.quantized_bytes == 0
     assert external.external_checkpoint(workspace, "tiny", tiny_model_dir, str(copy)).key == ckpt.key
-
-
-@pytest.mark.skipif(
-    importlib.util.find_spec("awq") is None,
-    reason="autoawq not installed: .venv/bin/pip install --no-deps -r requirements/autoawq.txt",
-)
-def test_autoawq_smoothing_through_a_gemma3_norm_keeps_the_function() -> None:
-    """Gemma 3's RMSNorm multiplies by 1 + weight: smoothing must divide that, not the weight."""
-    import torch
-    from awq.quantize import scale
-    from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm
-
-    from quantize._autoawq import support_gemma3
-
-    support_gemma3("gemma3_text")
-    torch.manual_seed(0)
-    norm, fc = Gemma3RMSNorm(64), torch.nn.Linear(64, 32, bias=False)
-    norm.weight.data.normal_(0, 0.5)
-    x = torch.randn(4, 64)
-    with torch.no_grad():
-        before = fc(norm(x))
-        scale.scale_ln_fcs(norm, [fc], torch.rand(64) + 0.5)
-        after = fc(norm(x))
-    assert torch.allclose(before, after, atol=1e-5)
-    assert Gemma3RMSNorm in scale.allowed_norms
 
 
 # --- `kqe quantize` through the real entry point ------------------------------------------------
