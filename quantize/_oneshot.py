@@ -80,44 +80,6 @@ def observe_awq_mappings(report: dict[str, Any]) -> None:
     AWQModifier._set_resolved_mappings = resolve_and_note  # type: ignore[method-assign]
 
 
-def representable_scales(scales: Any, norm_weight: Any, floor: float) -> tuple[Any, int]:
-    """`scales` capped so that `norm_weight / scales` keeps a magnitude of at least `floor` where
-    `norm_weight` has one (channels the base already zeroes stay free); returns the count capped."""
-    import torch
-
-    weight = norm_weight.detach().float().abs().to(scales.device)
-    cap = torch.where(weight >= floor, weight / floor, torch.full_like(weight, float("inf")))
-    capped = scales.float() > cap
-    return torch.where(capped, cap, scales.float()).to(scales.dtype), int(capped.sum())
-
-
-def keep_offset_norms_representable(report: dict[str, Any], floor: float) -> None:
-    """Cap AWQ's scales where the smoothed layer is an offset norm (Gemma's `x·(1 + w)`).
-
-    llmcompressor smooths such a norm as a plain one holding `1 + w`, then stores `w' = (1 + w)/s − 1`
-    in bf16. Near −1, bf16 resolves steps of 2^-8, so a `(1 + w)/s` of 0.01 keeps one significant bit
-    or becomes 0: on gemma-3-270m 2,990 of 23,040 norm channels ended below 0.02 (the base has 20) and
-    AWQ lost more perplexity than plain rounding. Capped at `1 + w' ≥ floor` (the recipe's
-    `offset_norm_floor`, 0.25 by default) the stored value is within 1% of the smoothed one; the
-    balance layers take the same capped scales, so the model stays exact before quantization. The
-    count of capped channels goes into `report`.
-    """
-    from llmcompressor.modeling.offset_norm import CalibrationOffsetNorm
-    from llmcompressor.modifiers.transform.awq import AWQModifier
-
-    search = AWQModifier._compute_best_scale
-
-    def search_and_cap(self: AWQModifier, mapping: Any, *args: Any, **kwargs: Any) -> Any:
-        scales = search(self, mapping, *args, **kwargs)
-        if not isinstance(mapping.smooth_layer, CalibrationOffsetNorm):
-            return scales
-        scales, capped = representable_scales(scales, mapping.smooth_layer.weight, floor)
-        report["awq_offset_norm_capped"] = report.get("awq_offset_norm_capped", 0) + capped
-        return scales
-
-    AWQModifier._compute_best_scale = search_and_cap  # type: ignore[method-assign]
-
-
 def calibration_ids(path: Path, tokenizer: Any, seq_len: int) -> list[list[int]]:
     """The samples as token ids, checked to be exactly the token counts the set recorded."""
     ids = []
@@ -152,9 +114,6 @@ def run(job: OneshotJob) -> dict[str, Any]:
     report: dict[str, Any] = {}
     observe_awq_mappings(report)
     recipe = recipe_for(job.scheme, job.recipe)
-    floor = getattr(recipe, "offset_norm_floor", 0.0)
-    if floor > 0:
-        keep_offset_norms_representable(report, floor)
     base, out = Path(job.base_dir), Path(job.out_dir)
     started = time.monotonic()
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.bfloat16)

@@ -98,9 +98,6 @@ class AwqW4A16Recipe(_W4A16Options):
     """AWQ scale search from activations and weights (True), activations only (False), or both."""
     n_grid: int = Field(default=20, ge=1)
     """Grid points of the AWQ scale search per mapping."""
-    offset_norm_floor: float = Field(default=0.25, ge=0, lt=1)
-    """Smallest `1 + w` a smoothed offset norm (Gemma's `x·(1 + w)`) may keep, so that bf16 stores it
-    within 1% (`quantize._oneshot.keep_offset_norms_representable`); 0 keeps AWQ's scales as found."""
 
     def modifiers(self, module_names: frozenset[str] = frozenset()) -> list[Any]:
         from llmcompressor.modifiers.quantization import QuantizationModifier

@@ -14,7 +14,7 @@ from kqe.workspace import Workspace
 from quantize import external, hardware, layout
 from quantize.build import check_recipe
 from quantize.recipes import load_recipe_file, parse_options, resolve_recipes
-from quantize.schemes import SCHEMES, AwqW4A16Recipe, GptqW4A16Recipe, W8A8Int8Recipe, recipe_for
+from quantize.schemes import SCHEMES, GptqW4A16Recipe, W8A8Int8Recipe, recipe_for
 
 CPU = hardware.Device("cpu")
 
@@ -309,24 +309,3 @@ def test_kqe_quantize_builds_once_and_reuses(tiny_model_dir: Path, tmp_path: Pat
     again = run_kqe(*args, cwd=tmp_path, home=tmp_path / "home")
     assert again.returncode == 0 and "reusing" in again.stderr
     assert record["path"] in again.stdout and "serving here: native" in again.stdout
-
-
-def test_awq_scales_on_an_offset_norm_keep_its_stored_weight_representable() -> None:
-    """Gemma's norms store w with `1 + w` applied: AWQ dividing `1 + w` by large scales would leave
-    values bf16 rounds to nothing once stored as `w' = (1 + w)/s - 1`."""
-    import torch
-
-    from quantize._oneshot import representable_scales
-
-    norm = torch.tensor([2.0, 2.0, 0.5, 0.0, -3.0], dtype=torch.bfloat16)  # the norm's `1 + w`
-    scales = torch.tensor([1.5, 300.0, 30.0, 9.0, 100.0], dtype=torch.bfloat16)
-    floor = AwqW4A16Recipe().offset_norm_floor
-    capped, count = representable_scales(scales, norm, floor)
-    assert count == 3
-    assert capped[0] == scales[0] and capped[3] == scales[3]  # small enough; a channel the base zeroes
-    smoothed = norm.float() / capped.float()
-    assert floor == 0.25 and (smoothed[[0, 1, 2, 4]].abs() >= floor - 1e-3).all()
-    stored = (smoothed - 1).to(torch.bfloat16).float() + 1  # what the checkpoint keeps of `1 + w'`
-    assert torch.allclose(stored[[0, 1, 2, 4]], smoothed[[0, 1, 2, 4]], rtol=0.01)
-    uncapped = (norm.float() / scales.float() - 1).to(torch.bfloat16).float() + 1
-    assert not torch.allclose(uncapped[1], norm[1].float() / scales[1].float(), rtol=0.1)  # 0.0067 -> 0.0078
