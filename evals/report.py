@@ -64,11 +64,20 @@ def write_report(board: Path) -> Path:
             path = out / "cards" / f"{safe_name(row.checkpoint)}.md"
             write_atomic(path, model_card(row, rows, run, built.get(row.checkpoint), spec))
             cards[row.checkpoint] = path
+    # cards and plots of checkpoints an earlier run held, but this leaderboard does not, would mislead
+    _remove_others(out / "cards", "*.md", set(cards.values()))
+    _remove_others(out / "plots", "*.png", set(pngs.values()))
     report = out / "report.md"
     write_atomic(
         report, report_markdown(rows, run, spec, {k: p.relative_to(out) for k, p in pngs.items()}, cards)
     )
     return report
+
+
+def _remove_others(folder: Path, pattern: str, keep: set[Path]) -> None:
+    for path in folder.glob(pattern):
+        if path not in keep:
+            path.unlink()
 
 
 def _registry_spec(model: str) -> ModelSpec | None:

@@ -108,6 +108,16 @@ def test_report_renders_plots_cards_and_mentions_every_checkpoint(board: Path) -
     ]  # fmt: skip
 
 
+def test_a_rerun_with_fewer_checkpoints_leaves_no_stale_card_or_plot(board: Path) -> None:
+    write_report(board)
+    fewer = [r for r in rows() if r.checkpoint != "awq-w4a16-en"]  # one AWQ mix: no calibration plot
+    write_leaderboard(board, fewer)
+    write_record(board.parent / "run.json", run_summary(fewer))
+    write_report(board)
+    assert sorted(p.name for p in (board.parent / "cards").iterdir()) == ["awq-w4a16.md", "fp8-dynamic.md"]
+    assert not (board.parent / "plots" / "calibration.png").exists()
+
+
 def test_model_card_carries_recipe_calibration_scores_and_caveats(board: Path) -> None:
     write_report(board)
     card = (board.parent / "cards" / "awq-w4a16.md").read_text()
