@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -191,13 +192,18 @@ class CompletionsClient:
             timeout=TIMEOUT_S,
             limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
         )
+        self._closed = threading.Event()
 
     def close(self) -> None:
+        """Close the connections; requests still in flight fail and are not retried."""
+        self._closed.set()
         self._http.close()
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         wait = BACKOFF_S
         for attempt in range(1, RETRIES + 1):
+            if self._closed.is_set():  # the run is stopping: a retry would only delay it
+                raise RuntimeError(f"{method} {path}: the client was closed")
             try:
                 response = self._http.request(method, path, json=body)
                 if response.status_code < 400:

@@ -93,16 +93,21 @@ def results_as_done(
     concurrency: int,
 ) -> Generator[ItemResult, None, None]:
     """Yield the results of each request as its answer comes, at most `concurrency` requests in
-    flight, once `check_fits` has accepted the served max-model-len. Closing the generator stops the
-    pool and drops what is in flight; the server's client is closed on any exit."""
+    flight, once `check_fits` has accepted the served max-model-len. Closing the generator (or an
+    error, Ctrl-C, SIGTERM) closes the client and returns without waiting for requests in flight,
+    which could take a request timeout each: stopping the server is what ends them."""
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="kqe-score")
+    finished = False
     try:
         check_fits(server.max_model_len())
         futures: dict[Future[Answer], Request] = {pool.submit(send, request): request for request in requests}
         for future in as_completed(futures):
             yield from results_of(futures[future], future.result())
+        finished = True
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        if not finished:
+            server.close()
+        pool.shutdown(wait=finished, cancel_futures=True)
         server.close()
 
 
