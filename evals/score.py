@@ -51,6 +51,9 @@ BACKOFF_S = 0.5
 """First wait between attempts; doubles after each failure."""
 TIMEOUT_S = 300.0
 """Per-request timeout: generous, a cold CPU server queues `concurrency` x `BATCH_ITEMS` prompts."""
+BATCH_TOKENS = 16_384
+"""Prompt tokens per request at most: eight 16k-token ko_rag prompts in one request took a 2-core CPU
+longer than TIMEOUT_S, so the request was retried and never answered."""
 BATCH_ITEMS = 8
 """Items per request. With 8 requests in flight the engine always has prompts waiting; fewer items
 per request left it idle between round trips (gemma3-270m, 2 cores: 8 items x 2 requests 7.9
@@ -158,12 +161,17 @@ def _item_logprobs(read: dict[str, float], encoded: EncodedItem) -> list[float]:
     return [float(read[f"token_id:{token}"]) for token in encoded.choice_ids]
 
 
-def batches(encoded: list[EncodedItem], size: int) -> list[list[EncodedItem]]:
-    """Items in groups of at most `size` that share their choice tokens, in their order."""
-    groups: dict[tuple[int, ...], list[EncodedItem]] = {}
+def batches(encoded: list[EncodedItem], size: int, max_tokens: int = BATCH_TOKENS) -> list[list[EncodedItem]]:
+    """Items in groups of at most `size` items and `max_tokens` prompt tokens (a longer prompt goes
+    alone) that share their choice tokens, in their order."""
+    groups: dict[tuple[int, ...], list[list[EncodedItem]]] = {}
     for item in encoded:
-        groups.setdefault(tuple(item.choice_ids), []).append(item)
-    return [group[i : i + size] for group in groups.values() for i in range(0, len(group), size)]
+        runs = groups.setdefault(tuple(item.choice_ids), [[]])
+        tokens = sum(len(other.context_ids) for other in runs[-1]) + len(item.context_ids)
+        if runs[-1] and (len(runs[-1]) == size or tokens > max_tokens):
+            runs.append([])
+        runs[-1].append(item)
+    return [run for runs in groups.values() for run in runs]
 
 
 def item_result(item: PromptItem, logprobs: list[float]) -> ItemResult:

@@ -146,6 +146,11 @@ def test_requests_group_items_that_share_choice_tokens(tiny_model_dir: Path) -> 
     assert [[e.item.item_id for e in batch] for batch in requests] == [
         ["i0", "i1"], ["i2", "i3"], ["i4"], ["i5", "i6"], ["i7"],
     ]  # fmt: skip
+    # a token budget splits long prompts: ko_rag's 16k contexts go one per request
+    budget = len(letters[0].context_ids) + len(letters[1].context_ids)
+    by_tokens = batches(letters, size=8, max_tokens=budget)
+    assert [len(batch) for batch in by_tokens] == [2, 2, 1]
+    assert [len(batch) for batch in batches(letters, size=8, max_tokens=1)] == [1] * 5  # each alone
     body = completion_request("tiny", requests[0])
     assert body["prompt"] == [e.context_ids for e in requests[0]]
     assert body["logprob_token_ids"] == letters[0].choice_ids and body["max_tokens"] == 1
