@@ -12,7 +12,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Generator, Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -101,8 +101,13 @@ def results_as_done(
     try:
         check_fits(server.max_model_len())
         futures: dict[Future[Answer], Request] = {pool.submit(send, request): request for request in requests}
-        for future in as_completed(futures):
-            yield from results_of(futures[future], future.result())
+        pending = set(futures)
+        while pending:
+            # a timed wait: a signal (SIGTERM) that lands on a worker thread is only acted on once the
+            # main thread wakes, which an untimed wait would put off until a request finishes
+            done, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+            for future in done:
+                yield from results_of(futures[future], future.result())
         finished = True
     finally:
         if not finished:

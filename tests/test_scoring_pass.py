@@ -3,8 +3,10 @@ request timeout, and the server is only stopped after the pass returns."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
+from types import FrameType
 
 import pytest
 
@@ -17,6 +19,7 @@ class HangingServer:
 
     def __init__(self) -> None:
         self.closed = threading.Event()
+        self.workers: list[int] = []
 
     def max_model_len(self) -> int:
         return 2048
@@ -25,6 +28,7 @@ class HangingServer:
         self.closed.set()
 
     def send(self, request: int) -> int:
+        self.workers.append(threading.get_ident())
         if request > 0 and not self.closed.wait(timeout=30):
             raise AssertionError("never released")
         return request
@@ -59,3 +63,27 @@ def test_a_finished_pass_waits_for_its_pool_and_closes_the_client() -> None:
     results = results_as_done(server, [0, 1, 2], server.send, result, lambda n: None, concurrency=2)
     assert sorted(r.item_id for r in results) == ["0", "1", "2"]
     assert server.closed.is_set()
+
+
+def test_sigterm_caught_by_a_worker_thread_stops_the_pass_within_seconds() -> None:
+    """The kernel may hand a process's SIGTERM to any thread; Python runs the handler in the main
+    thread only when that thread wakes, so the pass must not sleep until a request finishes."""
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    server = HangingServer()
+    try:
+        results = results_as_done(server, [0, 1, 2], server.send, result, lambda n: None, concurrency=3)
+        assert next(results).item_id == "0"
+        while len(server.workers) < 3:
+            time.sleep(0.01)
+        threading.Timer(0.2, signal.pthread_kill, (server.workers[-1], signal.SIGTERM)).start()
+        started = time.monotonic()
+        with pytest.raises(SystemExit):
+            list(results)
+        assert time.monotonic() - started < 5 and server.closed.is_set()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        server.closed.set()
