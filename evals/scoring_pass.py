@@ -110,10 +110,8 @@ def results_as_done(
                 yield from results_of(futures[future], future.result())
         finished = True
     finally:
-        if not finished:
-            server.close()
+        server.close()  # first: requests still in flight fail without retrying
         pool.shutdown(wait=finished, cancel_futures=True)
-        server.close()
 
 
 def summarize(
