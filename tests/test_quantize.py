@@ -3,7 +3,6 @@ vLLM loading every scheme, killed builds, and extra checkpoints in a real `make 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -26,13 +25,12 @@ from kqe.pipeline import run_eval
 from kqe.records import CalibrationSet, Checkpoint, RunSummary
 from kqe.run_config import EvalConfig
 from kqe.workspace import Workspace
-from quantize import build, hardware
+from quantize import build, dequantize, hardware
 from quantize.build import CHECKPOINT_RECORD, build_checkpoint
-from quantize.calibration import build_calibration_set
-from quantize.catalog import SourceSpec
-from quantize.schemes import SCHEMES, AwqW4A16Recipe, recipe_for
+from quantize.schemes import AwqW4A16Recipe, recipe_for
+from tests.builds import BUILT, HAS_AUTOAWQ
 from tests.conftest import needs_serve_env
-from tests.test_calibration import korean_prose, write_offline_sources
+from tests.test_calibration import write_offline_sources
 from tests.test_pipeline import write_sources
 
 REPO = Path(__file__).resolve().parents[1]
@@ -85,33 +83,6 @@ def test_group_size_error_comes_before_any_child(
     recipe = recipe_for("w4a16-rtn", {"group_size": 96})  # 256 and 512 are not multiples of 96
     with pytest.raises(UserError, match=r"w4a16-rtn of tiny: group_size 96 does not divide the input width"):
         build_checkpoint(workspace, "tiny", tiny_model_dir, "w4a16-rtn", recipe, None)
-
-
-def calibration_sources(ws: Workspace) -> list[SourceSpec]:
-    (ws.sources() / "ko").mkdir(parents=True)
-    (ws.sources() / "ko" / "law.txt").write_text(korean_prose(1, 40), encoding="utf-8")
-    return [SourceSpec(name="law", lang="ko", glob="ko/law.txt", origin="tests/test_calibration.py")]
-
-
-HAS_AUTOAWQ = importlib.util.find_spec("awq") is not None
-"""autoawq is an optional extra (requirements/autoawq.txt): without it its scheme is left out here."""
-BUILT = tuple(name for name in SCHEMES if HAS_AUTOAWQ or name != "autoawq-w4a16")
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dict:
-    """One calibration set and one build of every scheme, shared by the slow tests of this module."""
-    tmp = tmp_path_factory.mktemp("quantize")
-    ws = Workspace(root=tmp / "project", cache=tmp / "cache", serve_venv=REPO / ".venv-serve")
-    sources = calibration_sources(ws)
-    calib = build_calibration_set(ws, "tiny", tiny_model_dir, {"ko": 1.0}, 8, 64, 0, "ko100", sources)
-    ckpts = {
-        scheme: build_checkpoint(
-            ws, "tiny", tiny_model_dir, scheme, recipe_for(scheme), calib, name=f"{scheme}-ko100"
-        )
-        for scheme in BUILT
-    }
-    return {"ws": ws, "calib": calib, "ckpts": ckpts}
 
 
 def _quant_config(ckpt: Checkpoint) -> dict:
@@ -197,27 +168,54 @@ def test_every_scheme_writes_its_format_and_manifest(built: dict) -> None:
         assert recorded.model_dump(exclude={"name"}) == ckpt.model_dump(exclude={"name"})
 
 
-@pytest.mark.slow
-@needs_serve_env
-def test_vllm_loads_every_servable_scheme_and_refuses_what_we_said(built: dict) -> None:
-    """Each built checkpoint in the real engine; our up-front verdict must match what vLLM does."""
-    ckpts = built["ckpts"]
-    env = os.environ | engine_env(load_profile("cpu-ci"), built["ws"], detect_gpu(), "unused")
+def _load_in_engine(paths: list[str], ws: Workspace) -> list[dict]:
+    """Each checkpoint loaded by vLLM's engine in one process (tests/vllm_load_probe.py)."""
+    env = os.environ | engine_env(load_profile("cpu-ci"), ws, detect_gpu(), "unused")
     probe = [str(REPO / ".venv-serve" / "bin" / "python"), str(REPO / "tests" / "vllm_load_probe.py")]
-    paths = [ckpts[scheme].path for scheme in BUILT]
     result = subprocess.run([*probe, *paths], capture_output=True, text=True, env=env, timeout=600)
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
-    assert len(lines) == len(BUILT), result.stderr[-2000:]
-    device = hardware.local_device(built["ws"].serve_venv)
+    assert len(lines) == len(paths), result.stderr[-2000:]
+    return lines
+
+
+@pytest.mark.slow
+@needs_serve_env
+@pytest.mark.parametrize("cpu_isa", [None, "avx2"])
+def test_vllm_loads_every_servable_scheme_and_refuses_what_we_said(
+    built: dict, cpu_isa: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each built checkpoint in the real engine, on this CPU and on an emulated AVX2 one: our up-front
+    verdict must match what vLLM does, and what it serves dequantized must load so."""
+    if cpu_isa and detect_gpu():
+        pytest.skip("CPU kinds are emulated for the CPU engine only")
+    monkeypatch.delenv("KQE_CPU_ISA", raising=False)
+    if cpu_isa:
+        monkeypatch.setenv("KQE_CPU_ISA", cpu_isa)
+    ws, ckpts = built["ws"], built["ckpts"]
+    lines = _load_in_engine([ckpts[scheme].path for scheme in BUILT], ws)
+    device = hardware.local_device(ws.serve_venv)
+    verdicts = {
+        scheme: hardware.check_checkpoint(Path(ckpts[scheme].path), device, "bfloat16") for scheme in BUILT
+    }
     for scheme, line in zip(BUILT, lines, strict=True):
-        verdict = hardware.check_checkpoint(Path(ckpts[scheme].path), device, "bfloat16")
-        assert line["ok"] == verdict.servable, (scheme, line, verdict)
+        verdict = verdicts[scheme]
+        assert line["ok"] == (verdict.servable and not verdict.dequantize), (scheme, line, verdict)
         if line["ok"]:
             assert line["tokens"] >= 1, scheme
+        else:
+            assert verdict.dequantize or not verdict.servable, scheme
+    dequantized = [scheme for scheme in BUILT if verdicts[scheme].dequantize]
+    if device.cpu_kernels and not device.cpu_kernels.w4a16:
+        assert set(dequantized) == {"awq-w4a16", "autoawq-w4a16", "gptq-w4a16", "w4a16-rtn"} & set(BUILT)
+        assert all("cpu_gemm_wna16" in lines[BUILT.index(scheme)]["error"] for scheme in dequantized)
+    plain = [str(dequantize.dequantized_checkpoint(ws, ckpts[scheme], "bfloat16")) for scheme in dequantized]
+    if plain:
+        assert all(line["ok"] for line in _load_in_engine(plain, ws))
     by_scheme = dict(zip(BUILT, lines, strict=True))
-    if HAS_AUTOAWQ:
+    if HAS_AUTOAWQ and by_scheme["autoawq-w4a16"]["ok"]:
         assert by_scheme["autoawq-w4a16"]["quantization"] in ("awq", "awq_marlin")
-    assert by_scheme["gptq-w4a16"]["quantization"] == "compressed-tensors"
+    if by_scheme["gptq-w4a16"]["ok"]:
+        assert by_scheme["gptq-w4a16"]["quantization"] == "compressed-tensors"
     if device.engine == "cpu":
         assert "static_scaled_fp8_quant" in by_scheme["fp8-static"]["error"]
 
@@ -388,12 +386,12 @@ def test_extra_checkpoints_are_scored_refused_or_failed_in_the_matrix(
     assert list(rows) == ["bf16", "ext-hub-awq", "ext-static-fp8", "ext-broken"]
     awq, fp8, broken = rows["ext-hub-awq"], rows["ext-static-fp8"], rows["ext-broken"]
     scheme = "awq:w4a16" if HAS_AUTOAWQ else "compressed-tensors:w4a16"
-    assert (awq.status, awq.scheme, awq.origin, awq.serving) == (
-        "ok",
-        scheme,
-        str(extras["hub-awq"]),
-        "native",
-    )
+    assert (awq.status, awq.scheme, awq.origin) == ("ok", scheme, str(extras["hub-awq"]))
+    kernels = hardware.local_device(workspace.serve_venv).cpu_kernels
+    if kernels is None or kernels.w4a16:
+        assert awq.serving == "native"
+    else:  # an AVX2-only CPU: scored through its dequantized weights
+        assert awq.serving.startswith("dequantized: no W4A16 kernel on this CPU")
     assert awq.mmlu_acc is not None and awq.mmlu_delta is not None and awq.mmlu_verdict is not None
     assert awq.linear_bits and 4 <= awq.linear_bits < 4.5 and awq.quantized_gib
     if hardware.local_device(workspace.serve_venv).engine == "cpu":

