@@ -26,8 +26,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kqe.records import Checkpoint
-from kqe.workspace import Workspace
+from kqe.core.records import Checkpoint
+from kqe.core.workspace import Workspace
 
 OUT = Path("results/bench/quantize.csv")
 BARE = Path(__file__).with_name("bare_oneshot.py")

@@ -26,12 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evals.prompts import LM_EVAL_TASKS, PromptItem, load_prompts, prepare_tasks
-from evals.score import choice_tokenizer, score_task
-from evals.serve import VllmServer, load_profile
-from kqe.io import read_jsonl
-from kqe.records import ItemResult, ServeProfile
-from kqe.workspace import Workspace
+from evals.scoring.score import choice_tokenizer, score_task
+from evals.serving.serve import VllmServer, load_profile
+from evals.tasks.prompts import PromptItem, load_prompts, prepare_tasks
+from evals.tasks.registry import LM_EVAL_TASKS
+from kqe.core.io import read_jsonl
+from kqe.core.records import ServeProfile
+from kqe.core.results import ItemResult
+from kqe.core.workspace import Workspace
 
 TASKS = ("kmmlu_hard", "mmlu")
 PROFILE = "cpu-small"

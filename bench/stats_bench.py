@@ -25,8 +25,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from evals.pairing import PairedItems, ScoredItem
-from evals.stats import (
+from evals.statistics.pairing import PairedItems, ScoredItem
+from evals.statistics.stats import (
     BOOTSTRAP_RESAMPLES,
     SIGNIFICANT_LOSS,
     compare_paired,

@@ -32,8 +32,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import quantize_bench, scoring_bench, stats_bench
-from kqe.io import write_atomic
-from kqe.workspace import Workspace
+from kqe.core.io import write_atomic
+from kqe.core.workspace import Workspace
 
 OUT = Path("results/bench.csv")
 MODEL = "gemma3-270m"

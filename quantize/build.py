@@ -28,10 +28,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from kqe.errors import UserError
-from kqe.io import read_record, sha256_file, write_atomic, write_record
-from kqe.records import SCHEMA_VERSION, CalibrationSet, Checkpoint, content_hash, package_versions
-from kqe.workspace import Workspace
+from kqe.core.errors import UserError
+from kqe.core.io import read_record, sha256_file, write_atomic, write_record
+from kqe.core.records import SCHEMA_VERSION, CalibrationSet, Checkpoint, content_hash, package_versions
+from kqe.core.workspace import Workspace
 from quantize import layout
 from quantize._oneshot import REPORT_NAME, OneshotJob
 from quantize.calibration import tokenizer_hash

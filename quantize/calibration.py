@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kqe.errors import UserError
-from kqe.io import read_record, sha256_of, write_atomic, write_record
-from kqe.records import CalibrationSet, SourceFile, content_hash
-from kqe.workspace import Workspace, safe_name
+from kqe.core.errors import UserError
+from kqe.core.io import read_record, sha256_of, write_atomic, write_record
+from kqe.core.records import CalibrationSet, SourceFile, content_hash
+from kqe.core.workspace import Workspace, safe_name
 from quantize.catalog import SourceSpec, default_sources, paragraphs, read_sources
 from quantize.contamination import ContaminationGuard
 from quantize.dedup import unique_paragraphs

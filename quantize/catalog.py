@@ -15,10 +15,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from kqe.errors import UserError
-from kqe.io import sha256_of
-from kqe.records import SourceFile
-from kqe.workspace import Workspace
+from kqe.core.errors import UserError
+from kqe.core.io import sha256_of
+from kqe.core.records import SourceFile
+from kqe.core.workspace import Workspace
 
 SOURCES_TOML = Path(__file__).resolve().parents[1] / "calibration_data" / "sources.toml"
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")

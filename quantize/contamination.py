@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from kqe.io import sha256_of
+from kqe.core.io import sha256_of
 from quantize.dedup import ngrams, normalized_words
 
 NGRAM_WORDS = 13

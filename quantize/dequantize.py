@@ -28,12 +28,13 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from kqe.errors import UserError
-from kqe.io import read_record, write_record
-from kqe.records import Checkpoint, Record, content_hash
-from kqe.workspace import Workspace
+from kqe.core.errors import UserError
+from kqe.core.io import read_record, write_record
+from kqe.core.records import Checkpoint, Record, content_hash
+from kqe.core.workspace import Workspace
 from quantize import layout
-from quantize.build import build_lock
+from quantize._oneshot import REPORT_NAME
+from quantize.build import CHECKPOINT_RECORD, build_lock
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,8 @@ def write_dequantized(source: Path, out: Path, dtype: str) -> int:
 
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-_NOT_COPIED = {"config.json", layout.INDEX_NAME, "checkpoint.json", "recipe.yaml"}
+_NOT_COPIED = {"config.json", layout.INDEX_NAME, CHECKPOINT_RECORD, REPORT_NAME, "recipe.yaml"}
+"""Files of the quantized checkpoint that describe it, not the rebuilt one."""
 
 
 class _Rebuilder:

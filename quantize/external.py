@@ -14,11 +14,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from kqe.errors import UserError
-from kqe.records import Checkpoint, content_hash
-from kqe.registry import HF_PREFIX
-from kqe.workspace import Workspace, safe_name
-from quantize import hardware, layout
+from kqe.core.errors import UserError
+from kqe.core.records import Checkpoint, content_hash
+from kqe.core.registry import HF_PREFIX
+from kqe.core.workspace import Workspace, safe_name
+from quantize import formats, layout
 from quantize.build import layout_fields, weight_bytes, weights_digest
 from quantize.calibration import tokenizer_hash
 
@@ -38,7 +38,7 @@ def extra_name(reference: str) -> str:
 
 def scheme_label(checkpoint_dir: Path) -> str:
     """`<format>:<scheme>` as the checkpoint's config declares it, e.g. `awq:w4a16`; `unquantized`."""
-    facts = hardware.read_quant_facts(checkpoint_dir)
+    facts = formats.read_quant_facts(checkpoint_dir)
     return "unquantized" if facts.method == "none" else f"{facts.method}:{facts.label}"
 
 
@@ -62,8 +62,8 @@ def check_same_base(checkpoint_dir: Path, base_dir: Path, reference: str, model:
 def resolve_extra(ws: Workspace, reference: str) -> Path:
     """The local folder of an extra entry, downloading `hf:org/name[@rev]` from the hub first."""
     if reference.startswith(HF_PREFIX):
-        from kqe.modelstore import model_dir
-        from kqe.registry import resolve_model
+        from kqe.core.modelstore import model_dir
+        from kqe.core.registry import resolve_model
 
         return model_dir(resolve_model(reference, ws), ws)
     path = Path(reference).expanduser()

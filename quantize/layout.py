@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kqe.errors import UserError
+from kqe.core.errors import UserError
 
 INDEX_NAME = "model.safetensors.index.json"
 _DTYPE_BYTES = {

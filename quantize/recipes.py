@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kqe.errors import UserError
+from kqe.core.errors import UserError
 from quantize.schemes import SCHEMES, Recipe, recipe_for
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")

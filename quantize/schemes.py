@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from kqe.errors import UserError
+from kqe.core.errors import UserError
 
 Builder = Literal["base", "llmcompressor", "autoawq"]
 

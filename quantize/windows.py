@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from kqe.errors import UserError
+from kqe.core.errors import UserError
 from quantize.contamination import ContaminationGuard
 from quantize.dedup import NearDuplicates
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from evals.leaderboard import column_table, replace_column_table
+from evals.reporting.leaderboard import column_table, replace_column_table
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from kqe.workspace import Workspace
+from kqe.core.workspace import Workspace
 from quantize.build import build_checkpoint
 from quantize.calibration import build_calibration_set
 from quantize.catalog import SourceSpec

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kqe.workspace import Workspace
-from quantize import hardware
+from evals.serving import hardware
+from kqe.core.workspace import Workspace
 from tests.builds import build_every_scheme
 from tests.tiny_model import build_tiny_model
 

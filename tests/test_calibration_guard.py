@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from evals.prompts import PromptItem, load_prompts, prepare_tasks
-from kqe.errors import UserError
-from kqe.workspace import Workspace
+from evals.tasks.prompts import PromptItem, load_prompts, prepare_tasks
+from kqe.core.errors import UserError
+from kqe.core.workspace import Workspace
 from quantize.catalog import SourceSpec
 from quantize.contamination import ContaminationGuard, item_texts
 from quantize.dedup import NearDuplicates, normalized_words, unique_paragraphs

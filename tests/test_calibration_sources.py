@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kqe.errors import UserError
-from kqe.workspace import Workspace
+from kqe.core.errors import UserError
+from kqe.core.workspace import Workspace
 from quantize.catalog import (
     default_sources,
     holdout_sources,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kqe.workspace import Workspace
+from kqe.core.workspace import Workspace
 from tests.test_pipeline import write_sources
 
 REPO = Path(__file__).resolve().parents[1]

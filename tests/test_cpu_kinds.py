@@ -9,12 +9,13 @@ import os
 import pytest
 import torch
 
-from evals.memory import parse_memory, with_checkpoint_weights
-from evals.serve import load_profile
-from evals.serve_command import engine_env
-from kqe.errors import UserError
-from kqe.workspace import Workspace
-from quantize import dequantize, hardware
+from evals.serving import hardware
+from evals.serving.memory import parse_memory, with_checkpoint_weights
+from evals.serving.serve import load_profile
+from evals.serving.serve_command import engine_env
+from kqe.core.errors import UserError
+from kqe.core.workspace import Workspace
+from quantize import dequantize
 from tests.test_schemes import CT_W4A16, FP8_DYNAMIC, INT8, facts
 
 AVX2 = hardware.Device("cpu", cpu_kernels=hardware.CpuKernels("_C_AVX2", w4a16=False))
@@ -55,7 +56,7 @@ def test_emulating_a_cpu_kind_sets_the_engine_kernel_selection_and_isa(
     env = hardware.emulation_env("/somewhere")
     assert env["ONEDNN_MAX_CPU_ISA"] == "AVX2" and env["ATEN_CPU_CAPABILITY"] == "avx2"
     first, second = env["PYTHONPATH"].split(os.pathsep)
-    assert first.endswith("evals/cpu_isa") and second == "/somewhere"
+    assert first.endswith("evals/serving/cpu_isa") and second == "/somewhere"
     ws = Workspace.from_env()
     assert engine_env(load_profile("cpu-ci"), ws, False, "k")["KQE_CPU_ISA"] == "avx2"
     assert "KQE_CPU_ISA" not in engine_env(load_profile("cpu-ci"), ws, True, "k")  # a GPU is a GPU

@@ -8,15 +8,17 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from evals.decide import Target, choose, measured_applies, profile_for_gpu
-from evals.diff import diff
-from evals.leaderboard import COLUMNS, write_leaderboard
-from evals.serve import load_profile, profile_names
-from evals.vllm_memory import gpu_named, load_gpus
+from evals.planning.decide import Target, choose, measured_applies, profile_for_gpu
+from evals.planning.vllm_memory import gpu_named, load_gpus
+from evals.reporting.diff import diff
+from evals.reporting.leaderboard import COLUMNS, write_leaderboard
+from evals.serving.serve import load_profile, profile_names
 from kqe.commands.choose import choose_command
 from kqe.commands.diff import diff_command, render
-from kqe.records import SCHEMA_VERSION, LeaderboardRow, MemoryReport, RunSummary
-from kqe.registry import load_registry
+from kqe.core.leaderboard_row import LeaderboardRow
+from kqe.core.records import SCHEMA_VERSION, MemoryReport
+from kqe.core.registry import load_registry
+from kqe.core.results import RunSummary
 
 NO_LOSS = "no loss detected within margin"
 SIGNIFICANT = "significant loss"

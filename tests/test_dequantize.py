@@ -13,15 +13,16 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from evals.leaderboard import read_leaderboard
-from evals.serve import load_profile
-from evals.serve_command import engine_env
-from kqe.io import read_jsonl, read_record
-from kqe.pipeline import run_eval
-from kqe.records import ItemResult, RunSummary
-from kqe.run_config import EvalConfig
-from kqe.workspace import Workspace
-from quantize import dequantize, hardware
+from evals.reporting.leaderboard import read_leaderboard
+from evals.serving import hardware
+from evals.serving.serve import load_profile
+from evals.serving.serve_command import engine_env
+from kqe.core.io import read_jsonl, read_record
+from kqe.core.results import ItemResult, RunSummary
+from kqe.core.workspace import Workspace
+from kqe.pipeline.config import EvalConfig
+from kqe.pipeline.run import run_eval
+from quantize import dequantize
 from tests.conftest import REPO, needs_serve_env
 from tests.test_pipeline import write_sources
 

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from evals.doctor import diagnose
-from evals.planner import plan
-from evals.serve import load_profile
-from evals.vllm_log import read_log
-from evals.vllm_memory import PlanRequest, load_gpus
+from evals.planning.planner import plan
+from evals.planning.vllm_memory import PlanRequest, load_gpus
+from evals.serving.doctor import diagnose
+from evals.serving.serve import load_profile
+from evals.serving.vllm_log import read_log
 from kqe.commands.doctor import doctor_command
-from kqe.errors import UserError
-from kqe.registry import load_registry
+from kqe.core.errors import UserError
+from kqe.core.registry import load_registry
 
 ERRORS = Path(__file__).parent / "data" / "vllm_errors"
 LOGS = Path(__file__).parent / "data" / "vllm_logs"

@@ -11,13 +11,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from evals import rag_context, rag_docs, rag_metrics, rag_task
-from evals.prompts import TASKS_DIR
-from evals.rag_retrieval import Bm25, Retriever, recall_at_k
-from evals.score import ChoiceTokenizer
-from kqe.errors import UserError
-from kqe.records import ItemResult
-from kqe.workspace import Workspace
+from evals.scoring.score import ChoiceTokenizer
+from evals.tasks.ko_rag import context as rag_context
+from evals.tasks.ko_rag import docs as rag_docs
+from evals.tasks.ko_rag import metrics as rag_metrics
+from evals.tasks.ko_rag import task as rag_task
+from evals.tasks.ko_rag.retrieval import Bm25, Retriever, recall_at_k
+from evals.tasks.prompts import TASKS_DIR
+from kqe.core.errors import UserError
+from kqe.core.results import ItemResult
+from kqe.core.workspace import Workspace
 from tests.test_cli_errors import assert_one_line_error, run_kqe
 
 DATA = Path(__file__).resolve().parent / "data" / "ko_rag"

@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from evals import generate, rag_task, score
-from evals.prompts import TASKS_DIR
-from kqe.io import read_jsonl
-from kqe.records import ItemResult
-from kqe.workspace import Workspace
+from evals.scoring import generate, score
+from evals.tasks.ko_rag import task as rag_task
+from evals.tasks.prompts import TASKS_DIR
+from kqe.core.io import read_jsonl
+from kqe.core.results import ItemResult
+from kqe.core.workspace import Workspace
 from tests.conftest import REPO, needs_serve_env
 from tests.test_ko_rag import DOCS, QUESTIONS, write_jsonl
 
@@ -36,7 +37,7 @@ def prepared(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 @pytest.fixture(scope="module")
 def server(tiny_model_dir: Path, prepared: tuple[Workspace, Path]) -> Iterator[Any]:
-    from evals.serve import VllmServer, load_profile
+    from evals.serving.serve import VllmServer, load_profile
 
     ws = prepared[0]
     profile = load_profile("cpu-ci").model_copy(update={"dtype": "float32"})

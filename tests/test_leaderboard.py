@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.leaderboard import (
+from evals.reporting.leaderboard import (
     COLUMNS,
     build_row,
     column_table,
@@ -15,8 +15,9 @@ from evals.leaderboard import (
     write_aggregate,
     write_leaderboard,
 )
-from kqe.errors import UserError
-from kqe.records import SCHEMA_VERSION, Checkpoint, Comparison, MemoryReport, ScoreRun
+from kqe.core.errors import UserError
+from kqe.core.records import SCHEMA_VERSION, Checkpoint, MemoryReport
+from kqe.core.results import Comparison, ScoreRun
 
 
 def checkpoint(name: str = "awq-w4a16") -> Checkpoint:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evals.load import (
+from evals.capacity.load import (
     LoadReport,
     LoadSettings,
     Outcome,
@@ -24,9 +24,9 @@ from evals.load import (
     percentile,
     summarize_level,
 )
-from evals.rag_prompts import INSTRUCTION, korean_passages, rag_prompts
-from evals.vllm_metrics import PREEMPTIONS, PREFIX_QUERIES, engine_counters, metric_sum
-from kqe.errors import UserError
+from evals.capacity.load_prompts import INSTRUCTION, korean_passages, rag_prompts
+from evals.serving.vllm_metrics import PREEMPTIONS, PREFIX_QUERIES, engine_counters, metric_sum
+from kqe.core.errors import UserError
 from tests.conftest import REPO, needs_serve_env
 from tests.tiny_model import TRAIN_TEXT
 

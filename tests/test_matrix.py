@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kqe.errors import UserError
-from kqe.matrix import MatrixEntry, calibration_references, mix_label, plan_matrix, split_mixes
+from kqe.core.errors import UserError
+from kqe.pipeline.matrix import MatrixEntry, calibration_references, mix_label, plan_matrix, split_mixes
 
 NEEDS_CALIBRATION = {"awq-w4a16", "gptq-w4a16"}.__contains__
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.memory import parse_memory
+from evals.serving.memory import parse_memory
 
 LOGS = Path(__file__).parent / "data" / "vllm_logs"
 GiB = 1024**3

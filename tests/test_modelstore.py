@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kqe.errors import UserError
-from kqe.modelstore import (
+from kqe.core.errors import UserError
+from kqe.core.modelstore import (
     MANIFEST,
     MANIFEST_VERSION,
     assemble_gguf,
@@ -20,8 +20,8 @@ from kqe.modelstore import (
     model_dir,
     verify_model_dir,
 )
-from kqe.registry import load_registry
-from kqe.workspace import Workspace
+from kqe.core.registry import load_registry
+from kqe.core.workspace import Workspace
 
 CHUNKS = [b"GGUF" + bytes(range(256)) * 3, b"second part", b"third"]
 

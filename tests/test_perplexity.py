@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from evals.perplexity import (
+from evals.scoring.perplexity import (
     leaderboard_cells,
     measure_perplexity,
     perplexity_of,
     prompt_token_logprobs,
     token_windows,
 )
-from kqe.records import Perplexity
-from kqe.workspace import Workspace
+from kqe.core.results import Perplexity
+from kqe.core.workspace import Workspace
 from tests.conftest import REPO, needs_serve_env
 from tests.test_calibration import english_prose, korean_prose
 
@@ -83,7 +83,7 @@ def test_leaderboard_cells_give_the_change_against_the_base_in_percent() -> None
 
 @pytest.fixture(scope="module")
 def server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from evals.serve import VllmServer, load_profile
+    from evals.serving.serve import VllmServer, load_profile
 
     base = tmp_path_factory.mktemp("perplexity")
     ws = Workspace(root=base, cache=base / "cache", serve_venv=REPO / ".venv-serve")

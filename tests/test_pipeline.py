@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from evals.leaderboard import read_leaderboard
-from evals.serve import load_profile
-from evals.stats import compare
-from kqe.io import read_jsonl, read_record
-from kqe.pipeline import run_eval
-from kqe.records import ItemResult, RunSummary
-from kqe.run_config import EvalConfig
-from kqe.workspace import Workspace
+from evals.reporting.leaderboard import read_leaderboard
+from evals.serving.serve import load_profile
+from evals.statistics.stats import compare
+from kqe.core.io import read_jsonl, read_record
+from kqe.core.results import ItemResult, RunSummary
+from kqe.core.workspace import Workspace
+from kqe.pipeline.config import EvalConfig
+from kqe.pipeline.run import run_eval
 from tests.conftest import needs_serve_env
 from tests.test_calibration import write_offline_sources
 from tests.tiny_model import TRAIN_TEXT

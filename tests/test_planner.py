@@ -9,10 +9,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from evals.memory import parse_memory
-from evals.planner import plan
-from evals.serve import load_profile
-from evals.vllm_memory import (
+from evals.planning.planner import plan
+from evals.planning.vllm_memory import (
     WEIGHT_FORMATS,
     PlanRequest,
     kv_bytes_per_token,
@@ -20,10 +18,12 @@ from evals.vllm_memory import (
     valid_tensor_parallel_sizes,
     weights_bytes,
 )
+from evals.serving.memory import parse_memory
+from evals.serving.serve import load_profile
 from kqe.commands.plan import plan_command
-from kqe.errors import UserError
-from kqe.records import ModelSpec
-from kqe.registry import load_registry, spec_from_config, spec_from_local_dir
+from kqe.core.errors import UserError
+from kqe.core.records import ModelSpec
+from kqe.core.registry import load_registry, spec_from_config, spec_from_local_dir
 from quantize.schemes import SCHEMES
 
 DATA = Path(__file__).parent / "data"

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from evals.benchmark_data import kmmlu_hard_dir, kmmlu_hard_rows, mmlu_rows
-from evals.prompts import TASKS, TASKS_DIR, load_prompts, prepare_tasks, stratified_sample
-from kqe.errors import UserError
-from kqe.workspace import Workspace
+from evals.tasks.benchmark_data import kmmlu_hard_dir, kmmlu_hard_rows, mmlu_rows
+from evals.tasks.prompts import TASKS_DIR, load_prompts, prepare_tasks, stratified_sample
+from evals.tasks.registry import TASKS
+from kqe.core.errors import UserError
+from kqe.core.workspace import Workspace
 
 # Real MMLU subject names, so that lm-eval's stock `mmlu_<subject>` task exists for each.
 MMLU_SIZES = {"high school biology": 30, "anatomy": 10, "college mathematics": 5, "us foreign policy": 1}

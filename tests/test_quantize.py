@@ -15,17 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from evals.leaderboard import read_leaderboard
-from evals.processes import detect_gpu
-from evals.serve import load_profile
-from evals.serve_command import engine_env
-from kqe.errors import UserError
-from kqe.io import read_record, sha256_file, write_record
-from kqe.pipeline import run_eval
-from kqe.records import CalibrationSet, Checkpoint, RunSummary
-from kqe.run_config import EvalConfig
-from kqe.workspace import Workspace
-from quantize import build, dequantize, hardware
+from evals.reporting.leaderboard import read_leaderboard
+from evals.serving import hardware
+from evals.serving.processes import detect_gpu
+from evals.serving.serve import load_profile
+from evals.serving.serve_command import engine_env
+from kqe.core.errors import UserError
+from kqe.core.io import read_record, sha256_file, write_record
+from kqe.core.records import CalibrationSet, Checkpoint
+from kqe.core.results import RunSummary
+from kqe.core.workspace import Workspace
+from kqe.pipeline.config import EvalConfig
+from kqe.pipeline.run import run_eval
+from quantize import build, dequantize
 from quantize.build import CHECKPOINT_RECORD, build_checkpoint
 from quantize.schemes import AwqW4A16Recipe, recipe_for
 from tests.builds import BUILT, HAS_AUTOAWQ
@@ -272,7 +274,7 @@ def test_a_failing_child_names_the_error_and_the_log(
 _BUILD_IN_CHILD = """
 import sys
 from pathlib import Path
-from kqe.workspace import Workspace
+from kqe.core.workspace import Workspace
 from quantize.build import build_checkpoint
 from quantize.schemes import recipe_for
 ws = Workspace(root=Path(sys.argv[1]), cache=Path(sys.argv[2]), serve_venv=Path(sys.argv[3]))

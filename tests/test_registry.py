@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kqe.errors import UserError
-from kqe.registry import (
+from kqe.core.errors import UserError
+from kqe.core.registry import (
     DEFAULT_MODEL,
     dense_param_count,
     load_registry,
@@ -17,7 +17,7 @@ from kqe.registry import (
     spec_from_config,
     spec_from_local_dir,
 )
-from kqe.workspace import Workspace
+from kqe.core.workspace import Workspace
 
 EXPECTED = {
     "gemma3-270m": "google/gemma-3-270m",

@@ -15,7 +15,7 @@ claim under test: any interrupted run leaves a state the next run resumes from.
 
 After every kill, no process of the run survives: every process started with the run's KQE_HOME
 (the CLI, vLLM's API server and engine, the quantization child) is gone within KILL_GRACE_S.
-Pauses use the KQE_PAUSE_AT hook (kqe/faults.py) so that the kill lands at the intended moment.
+Pauses use the KQE_PAUSE_AT hook (kqe/core/faults.py) so that the kill lands at the intended moment.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from evals.leaderboard import read_leaderboard
-from kqe.io import read_jsonl, read_record
-from kqe.records import ItemResult, RunSummary
-from kqe.workspace import Workspace
+from evals.reporting.leaderboard import read_leaderboard
+from kqe.core.io import read_jsonl, read_record
+from kqe.core.results import ItemResult, RunSummary
+from kqe.core.workspace import Workspace
 from tests.conftest import REPO, needs_serve_env
 from tests.test_pipeline import write_sources
 

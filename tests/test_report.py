@@ -7,13 +7,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from evals.leaderboard import COLUMNS, write_leaderboard
-from evals.report import write_report
-from evals.serve import load_profile
+from evals.reporting.leaderboard import COLUMNS, write_leaderboard
+from evals.reporting.report import write_report
+from evals.serving.serve import load_profile
 from kqe.commands.report import report_command
-from kqe.errors import UserError
-from kqe.io import write_record
-from kqe.records import CalibrationSet, Checkpoint, LeaderboardRow, MemoryReport, RunSummary, SourceFile
+from kqe.core.errors import UserError
+from kqe.core.io import write_record
+from kqe.core.leaderboard_row import LeaderboardRow
+from kqe.core.records import CalibrationSet, Checkpoint, MemoryReport, SourceFile
+from kqe.core.results import RunSummary
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from kqe.errors import UserError
-from kqe.workspace import Workspace
-from quantize import external, hardware, layout
+from evals.serving import hardware
+from kqe.core.errors import UserError
+from kqe.core.workspace import Workspace
+from quantize import external, formats, layout
 from quantize.build import check_recipe
 from quantize.recipes import load_recipe_file, parse_options, resolve_recipes
 from quantize.schemes import SCHEMES, GptqW4A16Recipe, W8A8Int8Recipe, recipe_for
@@ -166,8 +167,8 @@ INT8 = json.loads(
 )
 
 
-def facts(quant: dict | None) -> hardware.QuantFacts:
-    return hardware.quant_facts({"quantization_config": quant} if quant else {})
+def facts(quant: dict | None) -> formats.QuantFacts:
+    return formats.quant_facts({"quantization_config": quant} if quant else {})
 
 
 def test_quantization_configs_are_read_in_one_vocabulary() -> None:

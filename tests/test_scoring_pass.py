@@ -10,8 +10,8 @@ from types import FrameType
 
 import pytest
 
-from evals.scoring_pass import results_as_done
-from kqe.records import ItemResult
+from evals.scoring.scoring_pass import results_as_done
+from kqe.core.results import ItemResult
 
 
 class HangingServer:

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from evals.processes import group_members, kill_stale_server
-from evals.serve import ServeError, VllmServer, load_profile, profile_names
-from evals.serve_command import engine_env, vllm_command
-from evals.vllm_log import telling_line
-from kqe.errors import UserError
-from kqe.workspace import Workspace
+from evals.serving.processes import group_members, kill_stale_server
+from evals.serving.serve import ServeError, VllmServer, load_profile, profile_names
+from evals.serving.serve_command import engine_env, vllm_command
+from evals.serving.vllm_log import telling_line
+from kqe.core.errors import UserError
+from kqe.core.workspace import Workspace
 from tests.conftest import REPO, needs_serve_env
 
 LOGS = Path(__file__).parent / "data" / "vllm_logs"
@@ -247,9 +247,8 @@ def hf_next_token_logprobs(model_dir: Path, prompt_ids: list[int]) -> list[float
 def test_serves_scores_reports_memory_and_leaves_no_process(
     tiny_model_dir: Path, workspace: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from transformers import AutoTokenizer
-
     import evals.serve
+    from transformers import AutoTokenizer
 
     # the profile, not the caller's environment, sizes the KV cache
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "3")
@@ -326,8 +325,8 @@ def test_an_unloadable_checkpoint_is_a_one_line_serve_error(
 CHILD = """
 import sys, time
 from pathlib import Path
-from evals.serve import VllmServer, load_profile
-from kqe.workspace import Workspace
+from evals.serving.serve import VllmServer, load_profile
+from kqe.core.workspace import Workspace
 ws = Workspace(root=Path(sys.argv[2]), cache=Path(sys.argv[3]), serve_venv=Path(sys.argv[4]))
 with VllmServer(Path(sys.argv[1]), "bf16", load_profile("cpu-ci"), ws, Path(sys.argv[5])) as server:
     print(server.pidfile.read_text().strip(), flush=True)

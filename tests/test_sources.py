@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from kqe.errors import UserError
-from kqe.io import sha256_file
-from kqe.sources import (
+from kqe.core.errors import UserError
+from kqe.core.io import sha256_file
+from kqe.core.sources import (
     DEBIAN_PACKAGES,
     MANIFEST,
     ArchiveKind,
@@ -31,7 +31,7 @@ from kqe.sources import (
     normalize_text,
     source_paths,
 )
-from kqe.workspace import Workspace
+from kqe.core.workspace import Workspace
 
 CONSTITUTION = "대한민국헌법\r\n\r\n유구한 역사와 전통에 빛나는 우리 대한국민은\r\n"
 BILLS = {"1809890": "국회법 일부개정법률안\n", "1809899": "지방세법 일부개정법률안\n"}

@@ -14,9 +14,9 @@ from scipy.stats import binom, binomtest, bootstrap, norm
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 
-from evals.leaderboard import build_row, read_leaderboard, write_leaderboard
-from evals.pairing import PairedItems, read_items
-from evals.stats import (
+from evals.reporting.leaderboard import build_row, read_leaderboard, write_leaderboard
+from evals.statistics.pairing import PairedItems, read_items
+from evals.statistics.stats import (
     NO_LOSS,
     SIGNIFICANT_LOSS,
     _stretch,
@@ -29,8 +29,9 @@ from evals.stats import (
     minimum_detectable_effect,
 )
 from kqe.cli import main
-from kqe.errors import UserError
-from kqe.records import Checkpoint, ItemResult
+from kqe.core.errors import UserError
+from kqe.core.records import Checkpoint
+from kqe.core.results import ItemResult
 
 
 def make_items(

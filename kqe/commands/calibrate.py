@@ -11,7 +11,8 @@ from typing import Any
 
 import click
 
-from kqe.records import CalibrationSet
+from kqe.commands.guard import run_guarded
+from kqe.core.records import CalibrationSet
 
 
 def render(record: CalibrationSet) -> str:
@@ -66,22 +67,21 @@ def render(record: CalibrationSet) -> str:
 def calibrate_command(**options: Any) -> None:
     """Build a calibration set: token windows of the model's tokenizer at a Korean/English mix, deduplicated,
     guarded against the evaluation items, measured; the same options give the same bytes."""
-    from kqe.cli import _run_guarded  # here: kqe.cli imports this module to register the command
 
     def action() -> None:
         record = build(options)
         click.echo(record.to_json() if options["as_json"] else render(record))
 
-    _run_guarded(action)
+    run_guarded(action)
 
 
 def build(options: dict[str, Any]) -> CalibrationSet:
     """Check the cheap inputs first, then read the evaluation items, then build (or reuse) the set."""
-    from evals.prompts import load_prompts, prepare_tasks
-    from kqe.matrix import mix_label
-    from kqe.modelstore import model_dir
-    from kqe.registry import resolve_model
-    from kqe.workspace import Workspace
+    from evals.tasks.prompts import load_prompts, prepare_tasks
+    from kqe.core.modelstore import model_dir
+    from kqe.core.registry import resolve_model
+    from kqe.core.workspace import Workspace
+    from kqe.pipeline.matrix import mix_label
     from quantize.calibration import build_calibration_set, check_lengths, parse_mix
     from quantize.catalog import named_sources
     from quantize.contamination import item_texts

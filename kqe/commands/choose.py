@@ -1,5 +1,5 @@
 """`kqe choose`: the checkpoint to deploy on a GPU under a quality-loss budget (thin shell over
-`evals/decide.py`, which documents the rule)."""
+`evals/planning/decide.py`, which documents the rule)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from pathlib import Path
 
 import click
 
-from evals.decide import Choice, Target, choose, measured_applies, profile_for_gpu
-from kqe.errors import UserError
-from kqe.records import LeaderboardRow
+from evals.planning.decide import Choice, Target, choose, measured_applies, profile_for_gpu
+from kqe.commands.guard import run_guarded
+from kqe.core.errors import UserError
+from kqe.core.leaderboard_row import LeaderboardRow
 
 
 def load_target(
@@ -17,15 +18,17 @@ def load_target(
 ) -> Target:
     """The target from the options: the model through the registry, the GPU table, the serve profile
     (given, else the one named for the GPU, else the run's), and whether the run measured it there."""
-    from evals.report import read_run_summary
-    from evals.serve import load_profile, profile_names
-    from evals.vllm_memory import load_gpus
-    from kqe.registry import resolve_model
-    from kqe.workspace import Workspace
+    from evals.planning.vllm_memory import load_gpus
+    from evals.reporting.report import read_run_summary
+    from evals.serving.serve import load_profile, profile_names
+    from kqe.core.registry import resolve_model
+    from kqe.core.workspace import Workspace
 
     gpus = load_gpus()
     if gpu_name.lower() not in gpus:
-        raise UserError(f"unknown --gpu {gpu_name!r}: use one of {', '.join(gpus)} (evals/gpus.toml)")
+        raise UserError(
+            f"unknown --gpu {gpu_name!r}: use one of {', '.join(gpus)} (evals/planning/gpus.toml)"
+        )
     gpu = gpus[gpu_name.lower()]
     if count is not None and count < 1:
         raise UserError(f"--count {count}: give the number of GPUs (1 or more)")
@@ -82,8 +85,7 @@ def choose_command(
 ) -> None:
     """Choose the checkpoint to deploy: within the loss budget (95% confidence), fits the GPU with the
     concurrency asked, best quality; prints why, its quality cost with CI, what it buys, the runner-up."""
-    from evals.leaderboard import read_leaderboard
-    from kqe.cli import _run_guarded  # here: kqe.cli imports this module to register the command
+    from evals.reporting.leaderboard import read_leaderboard
 
     def action() -> None:
         rows = read_leaderboard(board)
@@ -96,4 +98,4 @@ def choose_command(
         )
         click.echo(result.to_json() if as_json else render(result))
 
-    _run_guarded(action)
+    run_guarded(action)

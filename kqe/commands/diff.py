@@ -1,5 +1,5 @@
 """`kqe diff A.csv B.csv`: what changed between two leaderboards, row by row (thin shell over
-`evals/diff.py`)."""
+`evals/reporting/diff.py`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from evals.diff import CellChange, LeaderboardDiff, diff
+from evals.reporting.diff import CellChange, LeaderboardDiff, diff
+from kqe.commands.guard import run_guarded
 
 _POINT_COLUMNS = ("_acc", "_delta", "_ci_low", "_ci_high", "_mde", "ko_en_gap")
 _GIB_COLUMNS = ("weights_gib", "kv_cache_gib", "disk_gib")
@@ -67,11 +68,10 @@ def render(result: LeaderboardDiff) -> str:
 def diff_command(board_a: Path, board_b: Path, as_json: bool) -> None:
     """Compare two leaderboards row by row (model + checkpoint; checkpoint alone for two models): every
     cell that changed and by how much, verdicts that flipped, rows only on one side."""
-    from evals.leaderboard import read_leaderboard
-    from kqe.cli import _run_guarded  # here: kqe.cli imports this module to register the command
+    from evals.reporting.leaderboard import read_leaderboard
 
     def action() -> None:
         result = diff(read_leaderboard(board_a), read_leaderboard(board_b), str(board_a), str(board_b))
         click.echo(result.to_json() if as_json else render(result))
 
-    _run_guarded(action)
+    run_guarded(action)

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import click
 
-from evals.doctor import Diagnosis, diagnose
-from evals.vllm_log import read_log
+from evals.serving.doctor import Diagnosis, diagnose
+from evals.serving.vllm_log import read_log
+from kqe.commands.guard import run_guarded
 
 
 def render(diagnosis: Diagnosis) -> str:
@@ -26,11 +27,10 @@ def render(diagnosis: Diagnosis) -> str:
 def doctor_command(logfile: Path, profile: str | None, as_json: bool) -> None:
     """Read a vLLM log or traceback and name its OOM pattern (A weights, B KV cache / concurrency,
     C one long context, D another process, or none), the line that shows it, and what to try first."""
-    from evals.serve import load_profile
-    from kqe.cli import _run_guarded  # here: kqe.cli imports this module to register the command
+    from evals.serving.serve import load_profile
 
     def action() -> None:
         diagnosis = diagnose(read_log(logfile), load_profile(profile) if profile else None)
         click.echo(diagnosis.to_json() if as_json else render(diagnosis))
 
-    _run_guarded(action)
+    run_guarded(action)

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from evals.load import (
+from evals.capacity.load import (
     LoadReport,
     LoadSettings,
     Target,
@@ -19,7 +19,8 @@ from evals.load import (
     parse_concurrency,
     run_load,
 )
-from evals.rag_prompts import rag_prompts
+from evals.capacity.load_prompts import rag_prompts
+from kqe.commands.guard import run_guarded
 
 
 def _ms(seconds: float | None) -> str:
@@ -51,18 +52,18 @@ def render(report: LoadReport) -> str:
 
 
 def _korean_texts() -> dict[str, str]:
-    from kqe.sources import source_paths
-    from kqe.workspace import Workspace
+    from kqe.core.sources import source_paths
+    from kqe.core.workspace import Workspace
 
     paths = source_paths(Workspace.from_env())
     return {key: path.read_text(encoding="utf-8") for key, path in paths.items() if key.startswith("ko/")}
 
 
 def _load(options: dict[str, Any], settings: LoadSettings) -> LoadReport:
-    from evals.serve import VllmServer, load_profile
-    from kqe.modelstore import model_dir
-    from kqe.registry import resolve_model
-    from kqe.workspace import Workspace, safe_name
+    from evals.serving.serve import VllmServer, load_profile
+    from kqe.core.modelstore import model_dir
+    from kqe.core.registry import resolve_model
+    from kqe.core.workspace import Workspace, safe_name
 
     ws = Workspace.from_env()
     spec = resolve_model(options["model"], ws)
@@ -112,7 +113,6 @@ def load_command(**options: Any) -> None:
     """Send concurrent streaming requests with long Korean RAG prompts to a served checkpoint for a
     bounded time per concurrency level; report output tokens/s, requests/s, time to first token,
     latency and preemptions."""
-    from kqe.cli import _run_guarded  # here: kqe.cli imports this module to register the command
 
     def action() -> None:
         settings = LoadSettings(
@@ -130,4 +130,4 @@ def load_command(**options: Any) -> None:
         report = _load(options, settings)
         click.echo(report.to_json() if options["as_json"] else render(report))
 
-    _run_guarded(action)
+    run_guarded(action)

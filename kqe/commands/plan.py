@@ -9,17 +9,18 @@ from typing import Any
 
 import click
 
-from evals.planner import Plan, plan
-from evals.vllm_memory import PlanRequest, gpu_named, load_gpus
-from kqe.errors import UserError
+from evals.planning.planner import Plan, plan
+from evals.planning.vllm_memory import PlanRequest, gpu_named, load_gpus
+from kqe.commands.guard import run_guarded
+from kqe.core.errors import UserError
 
 
 def build_request(options: dict[str, Any]) -> PlanRequest:
     """A PlanRequest from the command's options over `--profile` over vLLM's defaults (UserError for a
     missing or contradictory target)."""
-    from evals.serve import load_profile
-    from kqe.registry import resolve_model
-    from kqe.workspace import Workspace
+    from evals.serving.serve import load_profile
+    from kqe.core.registry import resolve_model
+    from kqe.core.workspace import Workspace
 
     name, gib, on_cpu = options["gpu_name"], options["gpu_gib"], options["on_cpu"]
     if sum((name is not None, gib is not None, on_cpu)) != 1:
@@ -110,10 +111,9 @@ def render(result: Plan) -> str:
 def plan_command(**options: Any) -> None:
     """Plan a checkpoint's vLLM memory on a GPU: weights, KV cache tokens, concurrency, the OOM
     pattern it would meet, and what to try (parameters, quantization, tensor parallel, caching)."""
-    from kqe.cli import _run_guarded  # here: kqe.cli imports this module to register the command
 
     def action() -> None:
         result = plan(build_request(options))
         click.echo(result.to_json() if options["as_json"] else render(result))
 
-    _run_guarded(action)
+    run_guarded(action)

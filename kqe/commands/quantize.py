@@ -11,9 +11,10 @@ from typing import Any
 
 import click
 
-from kqe.errors import UserError
-from kqe.records import Checkpoint
-from kqe.workspace import Workspace
+from kqe.commands.guard import run_guarded
+from kqe.core.errors import UserError
+from kqe.core.records import Checkpoint
+from kqe.core.workspace import Workspace
 
 _GiB = 2**30
 
@@ -72,21 +73,21 @@ def render(ckpt: Checkpoint, serving: str) -> str:
 def quantize_command(**options: Any) -> None:
     """Build one checkpoint (the calibration set first when the scheme needs one), or check a
     pre-quantized one; print its manifest and whether this machine's vLLM can serve it."""
-    from kqe.cli import _run_guarded  # here: kqe.cli imports this module to register the command
 
     def action() -> None:
         ckpt, serving = quantize(options)
         click.echo(ckpt.to_json() if options["as_json"] else render(ckpt, serving))
 
-    _run_guarded(action)
+    run_guarded(action)
 
 
 def quantize(options: dict[str, Any]) -> tuple[Checkpoint, str]:
     """The checkpoint the options ask for, and the servability verdict's note on this machine."""
-    from evals.serve import load_profile
-    from kqe.modelstore import model_dir
-    from kqe.registry import resolve_model
-    from quantize import external, hardware
+    from evals.serving import hardware
+    from evals.serving.serve import load_profile
+    from kqe.core.modelstore import model_dir
+    from kqe.core.registry import resolve_model
+    from quantize import external
 
     if (options["scheme"] is None) == (options["extra"] is None):
         raise UserError("kqe quantize: give --scheme NAME to build, or --extra FOLDER to check one")
@@ -104,7 +105,7 @@ def quantize(options: dict[str, Any]) -> tuple[Checkpoint, str]:
 
 def _build(options: dict[str, Any], ws: Workspace, model: str, base_dir: Path) -> Checkpoint:
     from kqe.commands import calibrate
-    from kqe.matrix import mix_label
+    from kqe.pipeline.matrix import mix_label
     from quantize.build import build_checkpoint, check_recipe
     from quantize.recipes import parse_options, resolve_recipes
     from quantize.schemes import recipe_for, scheme_info

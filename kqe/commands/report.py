@@ -1,11 +1,13 @@
 """`kqe report`: report.md, PNG plots and model cards for one model's leaderboard (thin shell over
-`evals/report.py`)."""
+`evals/reporting/report.py`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import click
+
+from kqe.commands.guard import run_guarded
 
 
 @click.command("report")
@@ -19,8 +21,7 @@ import click
 def report_command(board: Path) -> None:
     """Write results/<model>/report.md with plots (quality loss vs memory, Δ per task, flips,
     calibration effect) and a publishable model card per built checkpoint."""
-    from evals.report import write_report
-    from kqe.cli import _run_guarded  # here: kqe.cli imports this module to register the command
+    from evals.reporting.report import write_report
 
     def action() -> None:
         report = write_report(board)
@@ -30,4 +31,4 @@ def report_command(board: Path) -> None:
         ):
             click.echo(f"  {path}")
 
-    _run_guarded(action)
+    run_guarded(action)

@@ -41,8 +41,8 @@ def _model_max_length(pretrained: str, options: dict[str, Any]) -> int:
 
 @functools.cache
 def _prepared(tokenizer: str, max_length: int, data: str | None, limit: int | None, seed: int) -> str:
-    from evals.rag_task import prepare_ko_rag
-    from kqe.workspace import Workspace
+    from evals.tasks.ko_rag.task import prepare_ko_rag
+    from kqe.core.workspace import Workspace
 
     where = Path(data) if data else None
     return str(prepare_ko_rag(Workspace.from_env(), Path(tokenizer), max_length, limit, seed, where))
@@ -75,8 +75,8 @@ def load_ko_rag(**options: Any) -> datasets.DatasetDict:
 
 
 def process_generation(doc: dict[str, Any], results: list[str]) -> dict[str, float]:
-    """Per-item em and f1 of a generated answer, by the scorer the suite uses (evals/rag_metrics.py)."""
-    from evals.rag_metrics import score_answer
+    """Per-item em and f1 of a generated answer, by the scorer the suite uses (metrics.py)."""
+    from evals.tasks.ko_rag.metrics import score_answer
 
     score = score_answer(results[0], doc["answers"], doc["answerable"])
     return {"em": float(score.exact), "f1": score.f1}

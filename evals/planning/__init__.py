@@ -1,0 +1,1 @@
+"""Memory before serving: the vLLM memory model, GPUs, `kqe plan` and `kqe choose`."""

@@ -1,0 +1,375 @@
+"""Which checkpoint to deploy on a GPU under a quality-loss budget (pure core of `kqe choose`).
+
+- Quality: a checkpoint is within budget when the lower end of the 95% CI of its Δ accuracy on the
+  chosen task is ≥ −max_loss: a loss larger than the budget is ruled out (one-sided, 97.5%). A real
+  but small loss qualifies; a point estimate inside the budget with a CI reaching past it does not.
+  Among checkpoints that qualify, quality ranks by that same lower bound, so noise never ranks a
+  checkpoint up; the base's Δ is 0 by definition, so it wins whenever it fits and meets the concurrency.
+- Memory: measured (the leaderboard's vLLM numbers) only when the run served on a GPU under the same
+  profile, named for this GPU class, with the same GPU count (`measured_applies`); the planner
+  otherwise. The output says which.
+- Rank: qualifies, fits, meets the concurrency, within budget, quality (CI lower bound), max
+  concurrency, smaller weights; the runner-up is second in that order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pydantic import computed_field
+
+from evals.planning.planner import Plan, plan
+from evals.planning.vllm_memory import Gpu, PlanRequest
+from evals.tasks.registry import COLUMN_PREFIXES
+from kqe.core.errors import UserError
+from kqe.core.leaderboard_row import LeaderboardRow
+from kqe.core.records import ModelSpec, Record, ServeProfile
+from kqe.core.results import RunSummary
+
+BASE_SCHEME = "bf16"
+MAX_TENSOR_PARALLEL = 8
+
+
+def task_prefix(task: str) -> str:
+    """The leaderboard column prefix a `--task` value reads."""
+    if task not in COLUMN_PREFIXES:
+        raise UserError(f"unknown --task {task!r}: use one of {', '.join(COLUMN_PREFIXES)}")
+    return COLUMN_PREFIXES[task]
+
+
+def points(fraction: float) -> str:
+    """An accuracy fraction as signed points: -0.0123 → '-1.2'."""
+    return f"{100 * fraction:+.1f}"
+
+
+# --- choose ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the checkpoint will run and under which serve settings."""
+
+    model: ModelSpec
+    gpu: Gpu
+    count: int
+    """GPUs (tensor parallel size)."""
+    profile: ServeProfile
+    """Serve settings planned under (max-model-len, max-num-seqs, utilization, caching)."""
+    gpus: tuple[Gpu, ...]
+    """Every named GPU, for "a bigger GPU would" advice."""
+    measured: bool = False
+    """The leaderboard's memory columns were measured on this GPU class under this profile."""
+
+
+class Memory(Record):
+    """One checkpoint's memory on the target."""
+
+    source: str
+    """`measured (vLLM log, profile …)` or `planner, profile …`."""
+    weights_gib: float | None
+    kv_cache_gib: float | None
+    kv_cache_tokens: int | None
+    max_concurrency: float
+    """Requests of the profile's max_model_len the KV cache holds at once (0 when it does not fit)."""
+    fits: bool
+    summary: str
+    """The planner's one-line verdict, or what vLLM logged."""
+
+
+class Candidate(Record):
+    """One leaderboard row judged against the budget and the target."""
+
+    checkpoint: str
+    scheme: str
+    calibration: str
+    status: str
+    acc: float | None
+    delta: float | None
+    """Δ accuracy vs the base on the chosen task (fraction)."""
+    ci_low: float | None
+    ci_high: float | None
+    verdict: str | None
+    other_task: str
+    """Label and Δ with CI on the other task, for context."""
+    memory: Memory | None
+    quality_ok: bool
+    memory_ok: bool
+    reasons: list[str]
+    """Why it does not qualify; empty when it does."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def qualifies(self) -> bool:
+        return self.quality_ok and self.memory_ok
+
+
+class Choice(Record):
+    """The answer of `kqe choose`."""
+
+    model: str
+    gpu: str
+    gpu_gib: float
+    count: int
+    task: str
+    max_loss: float
+    """Budget in accuracy points."""
+    min_concurrency: float
+    profile: str
+    max_model_len: int
+    chosen: Candidate | None
+    runner_up: Candidate | None
+    candidates: list[Candidate]
+    """Every row, best first."""
+    lines: list[str]
+    """Why this one, its quality cost with CI, what it buys, the runner-up; or why nothing qualifies."""
+    would_qualify: list[str]
+    """When nothing qualifies: what would (a bigger GPU, more GPUs, a looser budget, more items)."""
+
+
+def profile_for_gpu(gpu: Gpu, profile_names: Sequence[str]) -> str | None:
+    """The serve profile named for this GPU class (`rtx4090` → `rtx4090-16k`), if there is one."""
+    return next((n for n in profile_names if n == gpu.name or n.startswith(f"{gpu.name}-")), None)
+
+
+def measured_applies(run: RunSummary | None, gpu: Gpu, profile: ServeProfile, count: int) -> bool:
+    """Whether the run's logged memory describes this target: a GPU engine, the same profile and GPU
+    count, and that profile named for this GPU class (the leaderboard does not record the card)."""
+    if run is None or not run.memory or run.profile.key != profile.key:
+        return False
+    if count != profile.tensor_parallel_size:
+        return False
+    on_gpu = all(m.device == "gpu" and m.source == "vllm-log" for m in run.memory.values())
+    return on_gpu and profile_for_gpu(gpu, [profile.name]) is not None
+
+
+def _plan(target: Target, scheme: str, gpu: Gpu | None = None, count: int | None = None) -> Plan:
+    request = PlanRequest.for_profile(
+        target.model, scheme, target.profile, engine="gpu", gpu=gpu or target.gpu
+    )
+    return plan(request.model_copy(update={"tensor_parallel_size": count or target.count}))
+
+
+def _memory(row: LeaderboardRow, target: Target) -> Memory:
+    if target.measured and row.max_concurrency is not None:
+        return Memory(
+            source=f"measured (vLLM log, profile {target.profile.name})", weights_gib=row.weights_gib,
+            kv_cache_gib=row.kv_cache_gib, kv_cache_tokens=row.kv_cache_tokens,
+            max_concurrency=row.max_concurrency, fits=True, summary="served by vLLM in the run",
+        )  # fmt: skip
+    result = _plan(target, row.scheme)
+    return Memory(
+        source=f"planner, profile {target.profile.name}; the run did not measure this GPU",
+        weights_gib=result.weights_gib, kv_cache_gib=result.kv_cache_gib,
+        kv_cache_tokens=result.kv_cache_tokens, max_concurrency=result.max_concurrency, fits=result.fits,
+        summary=result.summary,
+    )  # fmt: skip
+
+
+def _task_cells(row: LeaderboardRow, prefix: str) -> dict:
+    cells = {
+        name: getattr(row, f"{prefix}_{name}") for name in ("acc", "delta", "ci_low", "ci_high", "verdict")
+    }
+    if row.scheme == BASE_SCHEME and cells["acc"] is not None:
+        # the leaderboard leaves the base's Δ empty: it is the reference, nothing lost by definition
+        cells.update(delta=0.0, ci_low=0.0, ci_high=0.0)
+    return cells
+
+
+def _describe_delta(label: str, delta: float | None, low: float | None, high: float | None) -> str:
+    if delta is None or low is None or high is None:
+        return f"{label} not compared"
+    return f"{label} Δ {points(delta)} points [{points(low)}, {points(high)}]"
+
+
+def judge(
+    row: LeaderboardRow, target: Target, prefix: str, max_loss: float, min_concurrency: float
+) -> Candidate:
+    """One row against the quality budget (points) and the target's memory."""
+    cells = _task_cells(row, prefix)
+    other = "mmlu" if prefix == "kmmlu" else "kmmlu"
+    o = _task_cells(row, other)
+    reasons: list[str] = []
+    if row.status != "ok":
+        reasons.append(f"status {row.status}")
+    elif cells["ci_low"] is None:
+        reasons.append(f"no {prefix.upper()} comparison with the base")
+    elif cells["ci_low"] < -max_loss / 100:
+        reasons.append(
+            f"{prefix.upper()} Δ CI reaches {points(cells['ci_low'])} points, past the -{max_loss:g} budget"
+        )
+    quality_ok = not reasons
+    memory: Memory | None = None
+    try:
+        memory = _memory(row, target)
+    except UserError as exc:
+        reasons.append(f"planner: {exc}")
+    if memory is not None and not memory.fits:
+        reasons.append(memory.summary)
+    elif memory is not None and memory.max_concurrency < min_concurrency:
+        reasons.append(
+            f"{memory.max_concurrency:.1f} concurrent requests < --min-concurrency {min_concurrency:g}"
+        )
+    memory_ok = memory is not None and memory.fits and memory.max_concurrency >= min_concurrency
+    return Candidate(
+        checkpoint=row.checkpoint, scheme=row.scheme, calibration=row.calibration, status=row.status,
+        other_task=_describe_delta(other.upper(), o["delta"], o["ci_low"], o["ci_high"]),
+        memory=memory, quality_ok=quality_ok, memory_ok=memory_ok, reasons=reasons, **cells,
+    )  # fmt: skip
+
+
+def _rank_key(c: Candidate) -> tuple:
+    concurrency = c.memory.max_concurrency if c.memory else 0.0
+    weights = c.memory.weights_gib if c.memory and c.memory.weights_gib is not None else math.inf
+    ci_low = c.ci_low if c.ci_low is not None else -math.inf
+    fits = c.memory is not None and c.memory.fits
+    return (not c.qualifies, not fits, not c.memory_ok, not c.quality_ok, -ci_low, -concurrency, weights)
+
+
+def choose(
+    rows: Sequence[LeaderboardRow], target: Target, task: str, max_loss: float, min_concurrency: float
+) -> Choice:
+    """The checkpoint to deploy on the target, its runner-up, and the reasons."""
+    if max_loss < 0:
+        raise UserError(f"--max-loss {max_loss:g} is negative: give the accuracy points you accept losing")
+    models = sorted({row.model for row in rows})
+    if len(models) != 1:
+        raise UserError(
+            f"the leaderboard holds {len(models)} models ({', '.join(models)}): pass --model NAME"
+        )
+    prefix = task_prefix(task)
+    ranked = sorted((judge(r, target, prefix, max_loss, min_concurrency) for r in rows), key=_rank_key)
+    if all(c.memory is None for c in ranked):  # the target itself is wrong (e.g. the GPU count)
+        raise UserError(
+            next(r for r in ranked[0].reasons if r.startswith("planner: ")).removeprefix("planner: ")
+        )
+    chosen = ranked[0] if ranked[0].qualifies else None
+    runner_up = ranked[1] if chosen and len(ranked) > 1 else None
+    base = next((c for c in ranked if c.scheme == BASE_SCHEME), None)
+    choice = Choice(
+        model=models[0], gpu=target.gpu.name, gpu_gib=target.gpu.memory_gib, count=target.count, task=prefix,
+        max_loss=max_loss, min_concurrency=min_concurrency, profile=target.profile.name,
+        max_model_len=target.profile.max_model_len, chosen=chosen, runner_up=runner_up, candidates=ranked,
+        lines=[], would_qualify=[],
+    )  # fmt: skip
+    if chosen is None:
+        lines = [f"no checkpoint qualifies on {_target_label(choice)}:"]
+        lines += [f"  {c.checkpoint}: {'; '.join(c.reasons)}" for c in ranked]
+        would = what_would_qualify(ranked, target, max_loss, min_concurrency)
+        return choice.model_copy(update={"lines": lines, "would_qualify": would})
+    return choice.model_copy(update={"lines": explain(choice, chosen, runner_up, base)})
+
+
+def _target_label(choice: Choice) -> str:
+    return f"{choice.gpu} ({choice.gpu_gib:g} GiB) × {choice.count}, {choice.max_model_len:,}-token requests"
+
+
+def _memory_text(memory: Memory) -> str:
+    weights = "?" if memory.weights_gib is None else f"{memory.weights_gib:.2f}"
+    kv = "" if memory.kv_cache_gib is None else f", KV cache {memory.kv_cache_gib:.2f} GiB"
+    tokens = "" if memory.kv_cache_tokens is None else f" = {memory.kv_cache_tokens:,} tokens"
+    return f"weights {weights} GiB{kv}{tokens}, {memory.max_concurrency:.1f} concurrent requests"
+
+
+def explain(
+    choice: Choice, chosen: Candidate, runner_up: Candidate | None, base: Candidate | None
+) -> list[str]:
+    """Three lines (why, quality cost with CI, what it buys) and the runner-up."""
+    label, memory = choice.task.upper(), chosen.memory
+    assert memory is not None  # a qualifying candidate has memory
+    calibrated = f", calibrated on {chosen.calibration}" if chosen.calibration != "none" else ""
+    qualified = sum(c.qualifies for c in choice.candidates)
+    why = (
+        f"choose {chosen.checkpoint} ({chosen.scheme}{calibrated}): best {label} quality of the {qualified} "
+        f"of {len(choice.candidates)} checkpoints that fit {_target_label(choice)} with >= "
+        f"{choice.min_concurrency:g} concurrent and rule out a loss beyond the {choice.max_loss:g}-point "
+        "budget (95% CI)"
+    )
+    if chosen.scheme == BASE_SCHEME:
+        accuracy = "" if chosen.acc is None else f" ({label} accuracy {100 * chosen.acc:.1f}%)"
+        cost = f"quality: the unquantized base, nothing lost{accuracy}"
+    else:
+        cost = (
+            f"quality: {_describe_delta(label, chosen.delta, chosen.ci_low, chosen.ci_high)} vs "
+            f"{BASE_SCHEME}, {chosen.verdict}; {chosen.other_task}"
+        )
+    buys = f"memory ({memory.source}): {_memory_text(memory)}"
+    if base is not None and base is not chosen and base.memory is not None:
+        buys += f"; {BASE_SCHEME}: " + (
+            _memory_text(base.memory) if base.memory.fits else base.memory.summary
+        )
+    lines = [why, cost, buys]
+    if runner_up is not None:
+        status = (
+            "qualifies too" if runner_up.qualifies else "does not qualify: " + "; ".join(runner_up.reasons)
+        )
+        mem = _memory_text(runner_up.memory) if runner_up.memory else "memory unknown"
+        delta = _describe_delta(label, runner_up.delta, runner_up.ci_low, runner_up.ci_high)
+        lines.append(f"runner-up: {runner_up.checkpoint}: {delta}, {mem} ({status})")
+    return lines
+
+
+def _first_fit(
+    candidates: list[Candidate], target: Target, min_concurrency: float, gpu: Gpu, count: int
+) -> tuple[Candidate, Plan] | None:
+    """The best-ranked candidate that fits `count` × `gpu` with the concurrency asked, and its plan."""
+    for c in candidates:
+        try:
+            result = _plan(target, c.scheme, gpu, count)
+        except UserError:  # e.g. a tensor parallel size this model cannot be split into
+            continue
+        if result.fits and result.max_concurrency >= min_concurrency:
+            return c, result
+    return None
+
+
+def _budget_needed(c: Candidate) -> float:
+    """The smallest --max-loss (points, one decimal) that admits this candidate."""
+    return max(math.ceil(round(-(c.ci_low or 0.0) * 1000, 6)) / 10, 0.0)
+
+
+def what_would_qualify(
+    ranked: list[Candidate], target: Target, max_loss: float, min_concurrency: float
+) -> list[str]:
+    """Each change that would make some checkpoint qualify (more GPUs, a bigger GPU, a lower concurrency,
+    a looser budget, more items), re-planned with the planner."""
+    scored = [c for c in ranked if c.status == "ok" and c.ci_low is not None]
+    in_budget = [c for c in scored if c.quality_ok]
+    hardware = [(f"--count {n}", target.gpu, n) for n in range(target.count + 1, MAX_TENSOR_PARALLEL + 1)]
+    bigger = sorted(
+        (g for g in target.gpus if g.memory_gib > target.gpu.memory_gib), key=lambda g: g.memory_gib
+    )
+    hardware += [(f"--gpu {g.name} ({g.memory_gib:g} GiB)", g, target.count) for g in bigger]
+    lines: list[str] = []
+    for kind in ("--count", "--gpu"):
+        for option, gpu, count in (h for h in hardware if h[0].startswith(kind)):
+            # nothing within budget: still say which hardware the least lossy checkpoint needs
+            if found := _first_fit(in_budget or scored, target, min_concurrency, gpu, count):
+                c, result = found
+                budget = "" if c.quality_ok else f" with --max-loss {_budget_needed(c):.1f}"
+                lines.append(
+                    f"{option}: {c.checkpoint} fits, {result.max_concurrency:.1f} concurrent{budget}"
+                )
+                break
+    short = [c for c in in_budget if c.memory and c.memory.fits and not c.memory_ok]
+    if short and (best := short[0]).memory:
+        lines.append(f"--min-concurrency {math.floor(best.memory.max_concurrency)}: admits {best.checkpoint}")
+    lines += _looser_budget([c for c in scored if c.memory_ok and not c.quality_ok], max_loss)
+    return lines or ["nothing on this leaderboard fits a named GPU, up to 8 of them: score other checkpoints"]
+
+
+def _looser_budget(over_budget: list[Candidate], max_loss: float) -> list[str]:
+    """For checkpoints that fit but lose too much: the budget that admits the best, or more items."""
+    if not over_budget:
+        return []
+    best = over_budget[0]  # ranked: the highest CI lower bound first
+    assert best.ci_low is not None and best.delta is not None
+    needed = _budget_needed(best)
+    lines = [f"--max-loss {needed:.1f}: admits {best.checkpoint} (95% CI to {points(best.ci_low)} points)"]
+    if best.delta >= -max_loss / 100:
+        lines.append(
+            f"or more items (LIMIT=0): {best.checkpoint}'s Δ {points(best.delta)} points is within the "
+            "budget, its CI too wide to rule out more"
+        )
+    return lines

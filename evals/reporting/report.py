@@ -1,0 +1,230 @@
+"""The per-model report: `report.md`, PNG plots (`evals/reporting/plots.py`) and a model card per built
+checkpoint (`evals/reporting/model_card.py`), written next to the leaderboard (`results/<model>/`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from evals.planning.decide import BASE_SCHEME, points
+from evals.reporting import plots as figures
+from evals.reporting.leaderboard import read_leaderboard
+from evals.reporting.model_card import model_card
+from evals.reporting.plots import TASKS, task_label
+from evals.reporting.report_text import caveats, cell, delta_ci
+from evals.statistics import averages
+from kqe.core.errors import UserError
+from kqe.core.io import write_atomic
+from kqe.core.leaderboard_row import LeaderboardRow
+from kqe.core.records import ModelSpec
+from kqe.core.results import RunSummary
+from kqe.core.workspace import safe_name
+
+
+def read_run_summary(board: Path) -> RunSummary | None:
+    """`run.json` beside a leaderboard, None when there is none; one-line error when unreadable."""
+    path = board.parent / "run.json"
+    if not path.is_file():
+        return None
+    try:
+        return RunSummary.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise UserError(
+            f"{path} is not a run summary of this suite ({where}: {first['msg']}): re-run `make eval`"
+        ) from None
+
+
+def write_report(board: Path) -> Path:
+    """Write `report.md`, `plots/*.png` and `cards/<checkpoint>.md` beside the leaderboard; return
+    the report's path."""
+    rows = read_leaderboard(board)
+    models = sorted({row.model for row in rows})
+    if len(models) != 1:
+        raise UserError(
+            f"{board} holds {len(models)} models ({', '.join(models)}): report on one model's "
+            "results/<model>/leaderboard.csv"
+        )
+    run = read_run_summary(board)
+    out = board.parent
+    plots = {
+        "pareto": figures.pareto_figure(rows, run),
+        "deltas": figures.deltas_figure(rows),
+        "flips": figures.flips_figure(rows, run),
+    }
+    if figures.calibration_groups(rows):
+        plots["calibration"] = figures.calibration_figure(rows)
+    pngs = {name: figures.write_png(fig, out / "plots" / f"{name}.png") for name, fig in plots.items()}
+    spec = _registry_spec(models[0])
+    built = {c.name: c for c in run.checkpoints} if run else {}
+    cards = {}
+    for row in rows:
+        if row.scheme != BASE_SCHEME and (row.checkpoint in built or run is None):
+            path = out / "cards" / f"{safe_name(row.checkpoint)}.md"
+            write_atomic(path, model_card(row, rows, run, built.get(row.checkpoint), spec))
+            cards[row.checkpoint] = path
+    # cards and plots of checkpoints an earlier run held, but this leaderboard does not, would mislead
+    _remove_others(out / "cards", "*.md", set(cards.values()))
+    _remove_others(out / "plots", "*.png", set(pngs.values()))
+    report = out / "report.md"
+    write_atomic(
+        report, report_markdown(rows, run, spec, {k: p.relative_to(out) for k, p in pngs.items()}, cards)
+    )
+    return report
+
+
+def _remove_others(folder: Path, pattern: str, keep: set[Path]) -> None:
+    for path in folder.glob(pattern):
+        if path not in keep:
+            path.unlink()
+
+
+def _registry_spec(model: str) -> ModelSpec | None:
+    from kqe.core.registry import load_registry
+
+    return load_registry().get(model)
+
+
+# --- markdown -------------------------------------------------------------------------------------
+
+
+def _verdict(row: LeaderboardRow, prefix: str) -> str:
+    if row.status != "ok":
+        return row.status
+    return "(base)" if row.scheme == BASE_SCHEME else getattr(row, f"{prefix}_verdict") or "—"
+
+
+def _summary_table(rows: Sequence[LeaderboardRow]) -> list[str]:
+    lines = [
+        "| checkpoint | scheme | calibration | KMMLU acc | KMMLU Δ [95% CI] | KMMLU verdict | MMLU acc | "
+        "MMLU Δ [95% CI] | MMLU verdict | KO−EN gap | weights GiB | disk GiB | max conc. |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        gap = "—" if r.ko_en_gap is None else f"{points(r.ko_en_gap)}"
+        if r.ko_en_gap_ci_low is not None and r.ko_en_gap_ci_high is not None:
+            gap += f" [{points(r.ko_en_gap_ci_low)}, {points(r.ko_en_gap_ci_high)}]"
+        lines.append(
+            f"| {r.checkpoint} | {r.scheme} | {r.calibration} | {cell(r.kmmlu_acc, '.1%')} | "
+            f"{delta_ci(r, 'kmmlu')} | {_verdict(r, 'kmmlu')} | {cell(r.mmlu_acc, '.1%')} | "
+            f"{delta_ci(r, 'mmlu')} | {_verdict(r, 'mmlu')} | {gap} | {cell(r.weights_gib, '.2f')} | "
+            f"{cell(r.disk_gib, '.2f')} | {cell(r.max_concurrency, '.1f')} |"
+        )
+    return lines
+
+
+def _flips_table(rows: Sequence[LeaderboardRow]) -> list[str]:
+    lines = [
+        "| checkpoint | task | c→w | w→c | McNemar p | p (Holm) | KL (nats) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        for prefix in TASKS:
+            label = task_label([r], prefix)
+            if r.scheme != BASE_SCHEME and getattr(r, f"{prefix}_delta") is not None:
+                cells = [getattr(r, f"{prefix}_{n}") for n in ("flips_c2w", "flips_w2c", "p", "p_holm", "kl")]
+                lines.append(
+                    f"| {r.checkpoint} | {label} | {cells[0]} | {cells[1]} | {cell(cells[2], '.3g')} | "
+                    f"{cell(cells[3], '.3g')} | {cell(cells[4], '.4f')} |"
+                )
+    return lines
+
+
+def _effect(row: LeaderboardRow, prefix: str) -> str:
+    effect = getattr(row, f"{prefix}_calib_effect")
+    if effect is None:
+        return "–"
+    low, high = (getattr(row, f"{prefix}_calib_effect_ci_{end}") for end in ("low", "high"))
+    p, mde = getattr(row, f"{prefix}_calib_effect_p"), getattr(row, f"{prefix}_calib_effect_mde")
+    return f"{100 * effect:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] p={p:.2g}, MDE {100 * mde:.1f}"
+
+
+def _calibration_section(rows: Sequence[LeaderboardRow], plots: dict[str, Path]) -> str:
+    paired = [r for r in rows if r.calib_effect_vs]
+    if paired:
+        lines = [
+            "Accuracy of each checkpoint minus its control's (same scheme, least Korean calibration), "
+            "same items, points [95% CI], exact McNemar p and the minimum detectable effect:",
+            "",
+            "| checkpoint | control | KMMLU effect | MMLU effect |",
+            "|---|---|---|---|",
+            *[
+                f"| {r.checkpoint} | {r.calib_effect_vs} | {_effect(r, 'kmmlu')} | {_effect(r, 'mmlu')} |"
+                for r in paired
+            ],
+        ]
+        figure = f"\n\n![calibration effect]({plots['calibration']})" if "calibration" in plots else ""
+        return "\n".join(lines) + figure
+    mixes = sorted({r.calibration for r in rows if r.calibration != "none"}) or ["none"]
+    return (
+        f"One calibration mix in this run ({', '.join(mixes)}). To measure its effect, run again with "
+        "another mix (`make eval CALIB=en100`) and compare: `kqe diff A.csv B.csv`, or per item "
+        "`kqe compare A.jsonl B.jsonl`."
+    )
+
+
+def report_markdown(
+    rows: Sequence[LeaderboardRow],
+    run: RunSummary | None,
+    spec: ModelSpec | None,
+    plots: dict[str, Path],
+    cards: dict[str, Path],
+) -> str:
+    """The report: every checkpoint against bf16 on the same items, the plots, the caveats and links to
+    the model cards."""
+    model = rows[0].model
+    lines = [
+        *_introduction(rows, spec),
+        *_summary_table(rows),
+        "",
+        *_section("Micro and macro averages", averages.markdown_section(rows)),
+        *_section(
+            "Quality loss against memory",
+            [
+                f"![quality loss vs memory]({plots['pareto']})",
+                "",
+                f"To pick a checkpoint for a GPU: `kqe choose --leaderboard results/{model}/leaderboard.csv "
+                "--gpu rtx4090 --max-loss 1`.",
+            ],
+        ),
+        *_section("Δ per task", [f"![delta per task]({plots['deltas']})"]),
+        *_section(
+            "Answers flipped",
+            [
+                "A small Δ with many flips both ways means the model changed behaviour while its score "
+                "did not.",
+                "",
+                f"![flips]({plots['flips']})",
+                "",
+                *_flips_table(rows),
+            ],
+        ),
+        *_section("Calibration effect", [_calibration_section(rows, plots)]),
+        *_section("Caveats", [f"- {note}" for note in caveats(rows, run, spec)]),
+    ]
+    if cards:
+        lines += _section("Model cards", [f"- [{name}](cards/{path.name})" for name, path in cards.items()])
+    return "\n".join(lines)
+
+
+def _introduction(rows: Sequence[LeaderboardRow], spec: ModelSpec | None) -> list[str]:
+    """Title, base model, serve profile, how to reproduce, and how to read Δ."""
+    first = rows[0]
+    return [
+        f"# {first.model}: what quantization costs and buys",
+        "",
+        f"Base model: {spec.hub_id}@{spec.revision[:12]}" if spec else f"Base model: {first.model}",
+        f"Serve profile (every checkpoint): `{first.serve_profile}`; versions: `{first.versions}`.",
+        f"Reproduce: `{first.command}`",
+        "",
+        "Δ is the checkpoint's accuracy minus bf16's on the same items, in points; the 95% CI resamples "
+        "whole subjects with both checkpoints paired. Verdicts judge against a 1-point margin.",
+        "",
+    ]
+
+
+def _section(title: str, body: Sequence[str]) -> list[str]:
+    return [f"## {title}", "", *body, ""]

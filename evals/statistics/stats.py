@@ -1,0 +1,289 @@
+"""Paired statistics of a candidate checkpoint against its base on the same items.
+
+Every checkpoint is scored on identical items, so the comparison is paired: the bootstrap resamples
+items (or whole subjects, the clusters the items were drawn in) for both checkpoints at once, and the
+test looks only at the items whose correctness differs (exact McNemar). Each task ends in a verdict:
+the loss is real, or ruled out beyond a margin, or beyond what this many items can see (the MDE).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy.special import logsumexp
+from scipy.stats import binom, norm
+from scipy.stats import t as t_dist
+
+from evals.statistics.pairing import PairedItems, Scored, pair_items, read_items
+from evals.tasks.registry import KOREAN_TO_ENGLISH
+from kqe.core.errors import UserError
+from kqe.core.results import Comparison
+
+BOOTSTRAP_RESAMPLES = 10_000
+SEED = 20261129
+ALPHA = 0.05
+"""Two-sided level of the McNemar test and of the 95% CIs."""
+POWER = 0.80
+"""Power the minimum detectable effect is computed for."""
+DEFAULT_MARGIN = 0.01
+"""Non-inferiority margin as a fraction: a loss under one accuracy point is taken as acceptable."""
+NO_LOSS = "no loss detected within margin"
+SIGNIFICANT_LOSS = "significant loss"
+_PICK_CELLS = 4_000_000  # bounds each block of the resamples × clusters draws (32 MB)
+
+
+def mcnemar_p(flips_c2w: ArrayLike, flips_w2c: ArrayLike, mid: bool = False) -> np.ndarray:
+    """Two-sided exact McNemar p (binomial test of the discordant pairs against 1/2), vectorised.
+
+    The mid-p variant subtracts the probability of the observed split itself, which brings the
+    test's size close to nominal instead of below it (Fagerland, Lydersen & Laake 2013).
+    """
+    b, c = np.asarray(flips_c2w), np.asarray(flips_w2c)
+    discordant, smaller = b + c, np.minimum(b, c)
+    p = 2 * binom.cdf(smaller, discordant, 0.5)
+    if mid:
+        p = p - binom.pmf(smaller, discordant, 0.5)
+    return np.minimum(p, 1.0)
+
+
+def minimum_detectable_effect(
+    n: int, discordance: float, alpha: float = ALPHA, power: float = POWER
+) -> float:
+    """Smallest |Δ| the two-sided McNemar test at `alpha` finds with `power`, for n paired items of
+    which a share `discordance` (ψ) flipped.
+
+    Connor's (1987) sample size n = (z_a √ψ + z_b √(ψ − Δ²))² / Δ² solved for Δ gives
+    Δ = (z_a √(ψ n) + z_b √(ψ (n + z_b² − z_a²))) / (n + z_b²). A loss Δ flips at least Δ·n items,
+    so ψ is raised to Δ when fewer flips were seen: then Δ = ((z_a √n + z_b √(n + z_b² − z_a²)) /
+    (n + z_b²))², about 7.8 / n, the loss that all-one-way flips must reach to be detected.
+    """
+    if n <= 0:
+        return 1.0
+    z_a, z_b = norm.ppf(1 - alpha / 2), norm.ppf(power)
+    spread = max(n + z_b**2 - z_a**2, 0.0)
+    observed = (z_a * np.sqrt(discordance * n) + z_b * np.sqrt(discordance * spread)) / (n + z_b**2)
+    all_flips = ((z_a * np.sqrt(n) + z_b * np.sqrt(spread)) / (n + z_b**2)) ** 2
+    return float(min(max(observed, all_flips), 1.0))
+
+
+def holm(pvalues: Sequence[float]) -> np.ndarray:
+    """Holm's step-down adjustment: controls the chance of any false finding across the tests."""
+    p = np.asarray(pvalues, dtype=float)
+    order = np.argsort(p, kind="stable")
+    steps = (len(p) - np.arange(len(p))) * p[order]
+    adjusted = np.empty_like(p)
+    adjusted[order] = np.minimum(np.maximum.accumulate(steps), 1.0)
+    return adjusted
+
+
+def _cluster_sums(totals: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """(resamples, columns): column sums of `totals` rows over clusters drawn with replacement."""
+    clusters = len(totals)
+    block = max(1, _PICK_CELLS // clusters)
+    sums = []
+    for start in range(0, resamples, block):
+        picks = rng.integers(0, clusters, size=(min(block, resamples - start), clusters))
+        sums.append(np.stack([column[picks].sum(axis=1) for column in totals.T], axis=1))
+    return np.vstack(sums)
+
+
+def _stretch(units: int) -> float:
+    """Small-sample factor for a bootstrap over `units` resampled units: √(K/(K−1)) · t(K−1) / z."""
+    if units < 2:
+        return 1.0
+    return float(
+        np.sqrt(units / (units - 1)) * t_dist.ppf(1 - ALPHA / 2, units - 1) / norm.ppf(1 - ALPHA / 2)
+    )
+
+
+def bootstrap_accuracies(
+    paired: PairedItems, resamples: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Bootstrap replicates of (base accuracy, candidate accuracy), both from the same resamples.
+
+    With several subjects, whole subjects are resampled (a replicate's accuracy is its items' share
+    correct). Otherwise items are resampled; an item is one of four cells (both right, only base,
+    only candidate, neither), so a resample is fully described by multinomial counts of the cells.
+    Resampling K units understates the spread by √((K−1)/K), and a percentile interval ignores that
+    the spread is itself estimated from K units (with 45 subjects the 95% CI covered ≈ 93.5% in
+    simulation), so deviations from the estimate are stretched by √(K/(K−1)) · t(K−1)/z.
+    """
+    n = len(paired.base_ok)
+    labels, index = np.unique(paired.clusters, return_inverse=True)
+    if 1 < len(labels) < n:
+        columns = [np.bincount(index, weights=ok) for ok in (paired.base_ok, paired.cand_ok)]
+        sums = _cluster_sums(np.column_stack([*columns, np.bincount(index)]), resamples, rng)
+        base_star, cand_star, units = sums[:, 0] / sums[:, 2], sums[:, 1] / sums[:, 2], len(labels)
+    else:
+        # cells: 0 neither right, 1 only the candidate, 2 only the base, 3 both
+        cells = 2 * paired.base_ok.astype(int) + paired.cand_ok.astype(int)
+        draws = rng.multinomial(n, np.bincount(cells, minlength=4) / n, size=resamples)
+        base_star, cand_star, units = (draws[:, 2] + draws[:, 3]) / n, (draws[:, 1] + draws[:, 3]) / n, n
+    stretch = _stretch(units)
+    base_acc, cand_acc = paired.base_ok.mean(), paired.cand_ok.mean()
+    return base_acc + stretch * (base_star - base_acc), cand_acc + stretch * (cand_star - cand_acc)
+
+
+def percentile_ci(replicates: np.ndarray, widen: float = 0.0) -> tuple[float, float]:
+    """95% percentile interval of bootstrap replicates (NaN replicates left out), `widen` added on
+    each side: half a step of a discrete statistic's lattice, a continuity correction."""
+    low, high = np.nanpercentile(replicates, [100 * ALPHA / 2, 100 * (1 - ALPHA / 2)])
+    return float(low - widen), float(high + widen)
+
+
+def choice_agreement(base_lp: np.ndarray, cand_lp: np.ndarray) -> tuple[float, float]:
+    """Mean KL(base ‖ candidate) of the choice distributions (nats) and the share of items whose top
+    choice is the same; log-probs are renormalised over the choices first."""
+    base_norm = base_lp - logsumexp(base_lp, axis=1, keepdims=True)
+    cand_norm = cand_lp - logsumexp(cand_lp, axis=1, keepdims=True)
+    p = np.exp(base_norm)
+    with np.errstate(invalid="ignore"):  # -inf − -inf on padded or impossible choices, where p = 0
+        terms = np.where(p > 0, p * (base_norm - cand_norm), 0.0)
+    same_top = np.argmax(base_lp, axis=1) == np.argmax(cand_lp, axis=1)
+    return float(np.mean(terms.sum(axis=1))), float(np.mean(same_top))
+
+
+def verdict(ci_low: float, ci_high: float, p: float, margin: float, mde: float) -> str:
+    """A loss is significant when the (Holm-adjusted) exact test and the 95% CI both say so; else the
+    CI's lower end above −margin rules out a loss as large as the margin; else n was too small."""
+    if p < ALPHA and ci_high < 0:
+        return SIGNIFICANT_LOSS
+    if ci_low > -margin:
+        return NO_LOSS
+    return f"inconclusive — n too small (MDE {100 * mde:.1f} points)"
+
+
+def check_margin(margin: float) -> float:
+    """The margin as a fraction in (0, 1), or a one-line error."""
+    if not 0 < margin < 1:
+        raise UserError(
+            f"margin {100 * margin:g} accuracy points is not above 0 and below 100: "
+            "pass a positive loss budget, e.g. --margin 1.0"
+        )
+    return margin
+
+
+def _compare_with_replicates(
+    task: str, names: tuple[str, str], paired: PairedItems, margin: float, resamples: int, seed: int
+) -> tuple[Comparison, np.ndarray]:
+    n = len(paired.base_ok)
+    flips_c2w = int(np.sum(paired.base_ok & ~paired.cand_ok))
+    flips_w2c = int(np.sum(~paired.base_ok & paired.cand_ok))
+    acc_base, acc_cand = float(paired.base_ok.mean()), float(paired.cand_ok.mean())
+    # one stream per task: reproducible per task, independent across tasks (the gap needs that)
+    rng = np.random.default_rng([seed, zlib.crc32(task.encode())])
+    base_star, cand_star = bootstrap_accuracies(paired, resamples, rng)
+    deltas = cand_star - base_star
+    step = 0.5 / n  # delta moves in steps of 1/n: half a step each side, a continuity correction
+    ci_low, ci_high = percentile_ci(deltas, step)
+    ci_low, ci_high = max(ci_low, -1.0), min(ci_high, 1.0)
+    recovery, recovery_low, recovery_high = None, None, None
+    if acc_base > 0:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratios = np.where(base_star > 0, cand_star / base_star, np.nan)
+        recovery, (recovery_low, recovery_high) = acc_cand / acc_base, percentile_ci(ratios, step / acc_base)
+        recovery_low = max(recovery_low, 0.0)
+    kl, agreement = None, None
+    if paired.base_logprobs is not None and paired.cand_logprobs is not None:
+        kl, agreement = choice_agreement(paired.base_logprobs, paired.cand_logprobs)
+    p = float(mcnemar_p(flips_c2w, flips_w2c))
+    mde = minimum_detectable_effect(n, (flips_c2w + flips_w2c) / n)
+    comparison = Comparison(
+        task=task, base=names[0], candidate=names[1], n=n, acc_base=acc_base, acc_cand=acc_cand,
+        delta=acc_cand - acc_base, ci_low=ci_low, ci_high=ci_high, mcnemar_p=p,
+        mcnemar_midp=float(mcnemar_p(flips_c2w, flips_w2c, mid=True)), p_holm=p,
+        flips_c2w=flips_c2w, flips_w2c=flips_w2c, flip_rate=(flips_c2w + flips_w2c) / n, mean_kl=kl,
+        top_agreement=agreement, recovery=recovery, recovery_ci_low=recovery_low,
+        recovery_ci_high=recovery_high, margin=margin,
+        noninf_p=float((1 + np.sum(deltas - step <= -margin)) / (1 + resamples)), mde=mde,
+        verdict=verdict(ci_low, ci_high, p, margin, mde), bootstrap_resamples=resamples, seed=seed,
+    )  # fmt: skip
+    return comparison, deltas
+
+
+def compare_paired(
+    task: str,
+    base_name: str,
+    cand_name: str,
+    paired: PairedItems,
+    margin: float = DEFAULT_MARGIN,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = SEED,
+) -> Comparison:
+    """Every paired statistic of one task from aligned arrays (what `compare` does after joining)."""
+    names, margin = (base_name, cand_name), check_margin(margin)
+    return _compare_with_replicates(task, names, paired, margin, resamples, seed)[0]
+
+
+def compare(
+    base_name: str,
+    cand_name: str,
+    base: Sequence[Scored],
+    cand: Sequence[Scored],
+    margin: float = DEFAULT_MARGIN,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = SEED,
+) -> Comparison:
+    """Paired comparison of one task. Two candidates (e.g. Korean- vs English-calibrated AWQ) passed
+    as base and candidate give the calibration effect."""
+    paired = pair_items(base, cand)
+    return compare_paired(base[0].task, base_name, cand_name, paired, margin, resamples, seed)
+
+
+def compare_tasks(
+    base_name: str,
+    cand_name: str,
+    base: Mapping[str, Sequence[Scored]],
+    cand: Mapping[str, Sequence[Scored]],
+    margin: float = DEFAULT_MARGIN,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = SEED,
+) -> dict[str, Comparison]:
+    """Compare every task both hold; p is Holm-adjusted across them and verdicts use the adjusted p.
+
+    A Korean task whose English twin was compared too also gets the loss gap Δ(Korean) − Δ(English)
+    with a 95% CI; the two tasks hold different items, so each is resampled on its own.
+    """
+    check_margin(margin)
+    results: dict[str, tuple[Comparison, np.ndarray]] = {}
+    for task, cand_items in cand.items():
+        if task in base:
+            paired = pair_items(base[task], cand_items)
+            names = (base_name, cand_name)
+            results[task] = _compare_with_replicates(task, names, paired, margin, resamples, seed)
+    adjusted = holm([comparison.mcnemar_p for comparison, _ in results.values()])
+    final: dict[str, Comparison] = {}
+    for (task, (c, deltas)), p in zip(results.items(), adjusted, strict=True):
+        update: dict[str, object] = {"p_holm": float(p)}
+        update["verdict"] = verdict(c.ci_low, c.ci_high, p, margin, c.mde)
+        english = KOREAN_TO_ENGLISH.get(task, "")
+        if english in results:
+            en, en_deltas = results[english]
+            gap_low, gap_high = percentile_ci(deltas - en_deltas)
+            update |= {
+                "english_task": english, "ko_en_gap": c.delta - en.delta,
+                "ko_en_gap_ci_low": gap_low, "ko_en_gap_ci_high": gap_high,
+            }  # fmt: skip
+        final[task] = c.model_copy(update=update)
+    return final
+
+
+def compare_files(
+    base_path: Path, cand_path: Path, margin_points: float = 100 * DEFAULT_MARGIN
+) -> dict[str, Comparison]:
+    """`kqe compare`: two per-item files, task by task, margin given in accuracy points."""
+    margin = check_margin(margin_points / 100)
+    base, cand = read_items(base_path), read_items(cand_path)
+    if base.keys() != cand.keys():
+        raise UserError(
+            f"{base_path} holds tasks {sorted(base)} but {cand_path} holds {sorted(cand)}: "
+            "pass two files scored on the same tasks"
+        )
+    try:
+        return compare_tasks(str(base_path), str(cand_path), base, cand, margin)
+    except UserError as exc:
+        raise UserError(f"{base_path} vs {cand_path}: {exc}") from None

