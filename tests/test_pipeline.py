@@ -61,14 +61,15 @@ def without_dates(csv_text: str) -> str:
 def test_eval_builds_serves_scores_ranks_and_resumes(tiny_model_dir: Path, workspace: Workspace) -> None:
     write_sources(workspace)
     cfg = EvalConfig(
-        model=str(tiny_model_dir), schemes=("bf16", "awq-w4a16", "fp8-dynamic"), calib_samples=10,
+        # w4a16-rtn, not fp8-dynamic: FP8's CPU matmul is oneDNN's reference code without AMX-FP8
+        model=str(tiny_model_dir), schemes=("bf16", "awq-w4a16", "w4a16-rtn"), calib_samples=10,
         calib_seq_len=64, limit=30, profile="cpu-ci",
     )  # fmt: skip
     stages: list[str] = []
     board = run_eval(cfg, workspace, lambda what, done, total: stages.append(what))
 
     rows = read_leaderboard(board)
-    assert [row.checkpoint for row in rows] == ["bf16", "awq-w4a16-ko70", "awq-w4a16-en100", "fp8-dynamic"]
+    assert [row.checkpoint for row in rows] == ["bf16", "awq-w4a16-ko70", "awq-w4a16-en100", "w4a16-rtn"]
     assert [row.status for row in rows] == ["ok", "ok", "ok", "ok"]
     assert [row.calibration for row in rows] == ["none", "ko70", "en100", "none"]
     assert len({row.serve_profile for row in rows}) == 1
@@ -99,7 +100,7 @@ def test_eval_builds_serves_scores_ranks_and_resumes(tiny_model_dir: Path, works
     assert awq.mmlu_calib_effect is not None and awq_en.mmlu_calib_effect is None
     assert len(summary.calibrations) == 2
     bf16_ids = {item.item_id for item in items[("bf16", "kmmlu")]}
-    assert bf16_ids == {item.item_id for item in items[("fp8-dynamic", "kmmlu")]}
+    assert bf16_ids == {item.item_id for item in items[("w4a16-rtn", "kmmlu")]}
     assert any(stage.startswith("serve ") for stage in stages)
 
     # a second run reuses every stage: no build, no server, the same leaderboard
@@ -110,12 +111,12 @@ def test_eval_builds_serves_scores_ranks_and_resumes(tiny_model_dir: Path, works
     assert without_dates(again.read_text()) == without_dates(first)
 
     # a named run of part of the matrix gets its own leaderboard from the shared stages, no server
-    fp8_only = cfg.model_copy(update={"schemes": ("bf16", "fp8-dynamic"), "run": "fp8-only"})
-    named = run_eval(fp8_only, workspace, lambda what, done, total: stages.append(what))
-    assert named == board.parent / "runs" / "fp8-only" / "leaderboard.csv"
-    assert [row.checkpoint for row in read_leaderboard(named)] == ["bf16", "fp8-dynamic"]
+    rtn_only = cfg.model_copy(update={"schemes": ("bf16", "w4a16-rtn"), "run": "rtn-only"})
+    named = run_eval(rtn_only, workspace, lambda what, done, total: stages.append(what))
+    assert named == board.parent / "runs" / "rtn-only" / "leaderboard.csv"
+    assert [row.checkpoint for row in read_leaderboard(named)] == ["bf16", "w4a16-rtn"]
     assert read_leaderboard(named)[1].kmmlu_delta == rows[3].kmmlu_delta
-    assert "--run fp8-only" in read_leaderboard(named)[0].command
+    assert "--run rtn-only" in read_leaderboard(named)[0].command
     assert not any(stage.startswith("serve ") for stage in stages)
     assert without_dates(board.read_text()) == without_dates(first)
 
