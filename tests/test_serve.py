@@ -247,8 +247,9 @@ def hf_next_token_logprobs(model_dir: Path, prompt_ids: list[int]) -> list[float
 def test_serves_scores_reports_memory_and_leaves_no_process(
     tiny_model_dir: Path, workspace: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import evals.serve
     from transformers import AutoTokenizer
+
+    import evals.serving.serve
 
     # the profile, not the caller's environment, sizes the KV cache
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "3")
@@ -257,8 +258,8 @@ def test_serves_scores_reports_memory_and_leaves_no_process(
     blocker.bind(("127.0.0.1", 0))
     blocker.listen()
     ports = iter([blocker.getsockname()[1]])
-    real_free_port = evals.serve.free_port
-    monkeypatch.setattr(evals.serve, "free_port", lambda: next(ports, None) or real_free_port())
+    real_free_port = evals.serving.serve.free_port
+    monkeypatch.setattr(evals.serving.serve, "free_port", lambda: next(ports, None) or real_free_port())
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     letters = [tokenizer.encode(f" {letter}", add_special_tokens=False)[0] for letter in "ABCD"]
