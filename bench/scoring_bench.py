@@ -1,6 +1,6 @@
 """Scoring speed on the same items, model and machine: the suite's serve path against stock lm-eval.
 
-- kqe: `evals.score.score_task` (what `make eval` runs) against `vllm serve` under the cpu-small
+- kqe: `evals.scoring.score.score_task` (what `make eval` runs) against `vllm serve` under the cpu-small
   profile, both tasks, wall time of the calls (tokenizer and HTTP included, server start excluded);
 - `lm_eval --model hf`: lm-eval's HF backend, bf16, batch 8, in the core venv;
 - `lm_eval --model vllm`: lm-eval's in-process vLLM backend in the serve venv, engine arguments

@@ -23,7 +23,7 @@ MIN_ITEM_WORDS = 8
 
 
 class EvaluationItem(Protocol):
-    """What the guard reads of an evaluation item (`evals.prompts.PromptItem` has it)."""
+    """What the guard reads of an evaluation item (`evals.tasks.prompts.PromptItem` has it)."""
 
     @property
     def prompt(self) -> str: ...

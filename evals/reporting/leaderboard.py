@@ -74,7 +74,7 @@ def build_row(
 
     `calibration_effect` holds, per task, this checkpoint against `calibration_control` (the same
     scheme calibrated with less Korean) on the same items. `averages` holds the averages columns
-    (`evals.averages.leaderboard_cells`: source labels, micro/macro CIs, supercategories, macro Δ).
+    (`evals.statistics.averages.leaderboard_cells`: source labels, micro/macro CIs, supercategories, macro Δ).
     `serving` is how this machine's engine serves the checkpoint (`quantize.hardware`).
     """
     cells: dict = {name: None for name in COLUMNS}

@@ -1,4 +1,4 @@
-"""Dataset loaders for the kqe task YAMLs: they read the items `evals.prompts.prepare_tasks` wrote.
+"""Dataset loaders for the kqe task YAMLs: they read the items `evals.tasks.prompts.prepare_tasks` wrote.
 
 The data folder is not known when the YAMLs are written, so it comes at run time from lm-eval's task
 metadata key `kqe_task_data` (`--metadata '{"kqe_task_data": DIR}'`, or `TaskManager(metadata=...)`)
@@ -24,11 +24,11 @@ def task_data_file(task: str, options: dict[str, Any]) -> Path:
     if not where:
         raise ValueError(
             f"no task data for {task}: set {DATA_ENV} (or metadata {METADATA_KEY}) to a folder "
-            "written by evals.prompts.prepare_tasks"
+            "written by evals.tasks.prompts.prepare_tasks"
         )
     path = Path(where) / f"{task}.jsonl"
     if not path.is_file():
-        raise ValueError(f"{path} is missing: prepare the task data with evals.prompts.prepare_tasks")
+        raise ValueError(f"{path} is missing: prepare the task data with evals.tasks.prompts.prepare_tasks")
     return path
 
 

@@ -1,7 +1,7 @@
 """Scores of generated Korean answers, and the ko_rag leaderboard cells per context length.
 
 An answer is normalised to its Kiwi morphemes without particles, endings, copula and punctuation
-(`evals.korean.answer_morphemes`), so "5년입니다." matches "5년" exactly and "국민에게" shares "국민"
+(`korean.answer_morphemes`), so "5년입니다." matches "5년" exactly and "국민에게" shares "국민"
 with "국민". Exact match (EM) compares those sequences; F1 is the SQuAD-style overlap of the two bags
 of morphemes. Against several accepted answers the best one counts. A question the documents do not
 answer is right (EM = F1 = 1) exactly when the answer abstains, i.e. contains the stem of the ABSTAIN

@@ -1,4 +1,4 @@
-"""Dataset and metrics for the ko_rag lm-eval tasks: the rows `evals.rag_task.prepare_ko_rag` writes.
+"""Dataset and metrics for the ko_rag lm-eval tasks: the rows `evals.tasks.ko_rag.task.prepare_ko_rag` writes.
 
 Where the rows come from, first match wins:
 - lm-eval metadata `kqe_task_data` or the environment variable `KQE_TASK_DATA`: a folder holding
