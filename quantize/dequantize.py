@@ -35,6 +35,7 @@ from kqe.core.workspace import Workspace
 from quantize import layout
 from quantize._oneshot import REPORT_NAME
 from quantize.build import CHECKPOINT_RECORD, build_lock
+from quantize.formats import quant_facts
 
 log = logging.getLogger(__name__)
 
@@ -145,22 +146,26 @@ class _Rebuilder:
 
 
 def _rebuilder(quant: dict[str, Any], source: Path) -> _Rebuilder:
-    method = quant.get("quant_method")
-    if method == "compressed-tensors" and quant.get("format") == "pack-quantized":
-        from compressed_tensors.quantization import QuantizationScheme
-
-        groups = list((quant.get("config_groups") or {}).values())
-        if len(groups) != 1:
-            raise UserError(f"{source}: {len(groups)} quantization config groups; dequantizing reads one")
-        return _Rebuilder(_CT_PARTS, scheme=QuantizationScheme.model_validate(groups[0]))
-    if method == "awq" and str(quant.get("version", "gemm")).lower() == "gemm" and quant.get("bits", 4) == 4:
-        return _Rebuilder(
-            _AWQ_PARTS, group_size=int(quant.get("group_size") or quant.get("q_group_size") or 128)
+    """How to rebuild `source`'s layers; which formats can be rebuilt is `QuantFacts.dequantizable`'s."""
+    facts = quant_facts({"quantization_config": quant})
+    if not facts.dequantizable:
+        raise UserError(
+            f"{source}: dequantizing reads compressed-tensors pack-quantized or 4-bit awq gemm checkpoints, "
+            f"not {facts.method} {facts.layout or ''}".rstrip()
         )
-    raise UserError(
-        f"{source}: dequantizing reads compressed-tensors pack-quantized or 4-bit awq gemm checkpoints, "
-        f"not {method} {quant.get('format') or quant.get('version') or ''}".rstrip()
-    )
+    if facts.method == "awq":
+        group_size = quant.get("group_size") or quant.get("q_group_size")
+        if not group_size:
+            raise UserError(
+                f"{source}: its awq quantization_config names no group_size: cannot dequantize it"
+            )
+        return _Rebuilder(_AWQ_PARTS, group_size=int(group_size))
+    from compressed_tensors.quantization import QuantizationScheme
+
+    groups = list((quant.get("config_groups") or {}).values())
+    if len(groups) != 1:
+        raise UserError(f"{source}: {len(groups)} quantization config groups; dequantizing reads one")
+    return _Rebuilder(_CT_PARTS, scheme=QuantizationScheme.model_validate(groups[0]))
 
 
 def _compressed_tensors_weight(local: dict[str, torch.Tensor], scheme: Any) -> torch.Tensor:
