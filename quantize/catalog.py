@@ -1,6 +1,6 @@
 """The text sources of calibration sets and perplexity, declared in `calibration_data/sources.toml`.
 
-Offline sources are files under `ws.sources()` (filled by `make setup`, see `kqe.sources`), optionally
+Offline sources are files under `ws.sources()` (filled by `make setup`, see `kqe.core.sources`), optionally
 cut to the lines between a `start` and a `stop` marker; hub sources are Hugging Face datasets at a
 pinned revision, read only when named. `holdout = true` reserves a source for perplexity.
 """

@@ -143,7 +143,7 @@ if has_gpu; then say "GPU found: serving with vllm"; else say "no GPU: serving w
 setup_core
 setup_serve
 say "fetching the offline text sources into ${KQE_HOME:-~/.cache/kqe}/sources"
-"$CORE/bin/python" -m kqe.sources || fail "offline sources (messages above)"
+"$CORE/bin/python" -m kqe.core.sources || fail "offline sources (messages above)"
 say "installing the default model gemma3-270m into ${KQE_HOME:-~/.cache/kqe}/models"
-"$CORE/bin/python" -m kqe.modelstore gemma3-270m || fail "offline model install (messages above)"
+"$CORE/bin/python" -m kqe.core.modelstore gemma3-270m || fail "offline model install (messages above)"
 say "done"

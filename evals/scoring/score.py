@@ -20,7 +20,7 @@ Response: choices[i] answers prompt i (its "index"); choices[i].logprobs.top_log
           -inf to -9999.0). A missing id or a missing answer is an error.
 
 The log-probs are the raw model distribution (`--logprobs-mode raw_logprobs`, vLLM's default, which
-evals.serve passes explicitly). A prompt longer than the served max-model-len minus one is refused
+evals.serving.serve passes explicitly). A prompt longer than the served max-model-len minus one is refused
 up front (lm-eval's hf backend would silently cut its left end instead).
 """
 

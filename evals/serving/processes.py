@@ -1,6 +1,6 @@
 """Processes and ports for the serving engine: process groups, servers left behind, free ports.
 
-Kept apart from `evals.serve` so the server lifecycle reads top to bottom; nothing here knows vLLM's
+Kept apart from `evals.serving.serve` so the server lifecycle reads top to bottom; nothing here knows vLLM's
 API, only its processes.
 """
 

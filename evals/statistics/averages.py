@@ -8,7 +8,7 @@ share; on the full sets they differ by the subject sizes (KMMLU's test subjects 
 
 The CIs come from a stratified bootstrap: items are resampled within each subject and the subjects are
 kept, because the benchmark's subjects are fixed, not a sample (the paired micro Δ CI of
-`evals.stats` resamples whole subjects instead, and so answers "on subjects like these"). A binary
+`evals.statistics.stats` resamples whole subjects instead, and so answers "on subjects like these"). A binary
 item's resampled subject count is binomial(n_s, p̂_s), so replicates are drawn per subject directly.
 The within-subject bootstrap variance is the plug-in p̂(1−p̂)/n_s, low by (n_s−1)/n_s (20% with five
 items a subject), so each subject's deviations are stretched by √(n_s/(n_s−1)). The macro Δ is paired:

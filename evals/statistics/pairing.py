@@ -1,4 +1,4 @@
-"""Per-item results of two checkpoints, read from disk and aligned item by item for `evals.stats`.
+"""Per-item results of two checkpoints, read from disk and aligned item by item for `evals.statistics.stats`.
 
 Pairing checks that both sides were scored on the same items (same ids, same gold) and turns them into
 columns, so the statistics index arrays instead of looping over records.

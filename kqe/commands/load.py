@@ -1,7 +1,7 @@
 """`kqe load`: serving capacity of one checkpoint under long Korean RAG prompts (thin shell).
 
 Serves the checkpoint under a serve profile and loads it, or loads a server already running on this
-machine (`--url`). The work is in `evals.load`.
+machine (`--url`). The work is in `evals.capacity.load`.
 """
 
 from __future__ import annotations

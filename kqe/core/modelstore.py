@@ -223,7 +223,7 @@ def verify_model_dir(folder: Path, *, full: bool) -> bool:
 
 
 def main(argv: list[str]) -> None:
-    """`python -m kqe.modelstore NAME...`: install registry models that have an offline installer."""
+    """`python -m kqe.core.modelstore NAME...`: install registry models that have an offline installer."""
     from kqe.core.registry import DEFAULT_MODEL, resolve_model
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
