@@ -44,6 +44,6 @@ bench: $(KQE)
 	.venv/bin/python -m bench.suite_bench --quantize-schemes '$(BENCH_SCHEMES)' $(BENCH_FLAGS)
 	.venv/bin/python -m bench.stats_bench
 
-# The leaderboard column table in README.md, generated from kqe/core/leaderboard_row.py:LeaderboardRow.
+# The leaderboard column table in README.md, generated from evals/reporting/leaderboard_row.py:LeaderboardRow.
 docs: $(KQE)
 	.venv/bin/python scripts/readme_columns.py

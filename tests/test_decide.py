@@ -12,10 +12,10 @@ from evals.planning.decide import Target, choose, measured_applies, profile_for_
 from evals.planning.vllm_memory import gpu_named, load_gpus
 from evals.reporting.diff import diff
 from evals.reporting.leaderboard import COLUMNS, write_leaderboard
+from evals.reporting.leaderboard_row import LeaderboardRow
 from evals.serving.serve import load_profile, profile_names
 from kqe.commands.choose import choose_command
 from kqe.commands.diff import diff_command, render
-from kqe.core.leaderboard_row import LeaderboardRow
 from kqe.core.records import SCHEMA_VERSION, MemoryReport
 from kqe.core.registry import load_registry
 from kqe.core.results import RunSummary

@@ -8,12 +8,12 @@ import pytest
 from click.testing import CliRunner
 
 from evals.reporting.leaderboard import COLUMNS, write_leaderboard
+from evals.reporting.leaderboard_row import LeaderboardRow
 from evals.reporting.report import write_report
 from evals.serving.serve import load_profile
 from kqe.commands.report import report_command
 from kqe.core.errors import UserError
 from kqe.core.io import write_record
-from kqe.core.leaderboard_row import LeaderboardRow
 from kqe.core.records import CalibrationSet, Checkpoint, MemoryReport, SourceFile
 from kqe.core.results import RunSummary
 

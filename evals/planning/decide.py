@@ -22,9 +22,9 @@ from pydantic import computed_field
 
 from evals.planning.planner import Plan, plan
 from evals.planning.vllm_memory import Gpu, PlanRequest
-from evals.tasks.registry import COLUMN_PREFIXES
+from evals.reporting.leaderboard_row import LeaderboardRow
+from evals.tasks.registry import COLUMN_LABELS, COLUMN_PREFIXES
 from kqe.core.errors import UserError
-from kqe.core.leaderboard_row import LeaderboardRow
 from kqe.core.records import ModelSpec, Record, ServeProfile
 from kqe.core.results import RunSummary
 
@@ -183,13 +183,21 @@ def _describe_delta(label: str, delta: float | None, low: float | None, high: fl
     return f"{label} Δ {points(delta)} points [{points(low)}, {points(high)}]"
 
 
+def _other_tasks(row: LeaderboardRow, prefix: str) -> str:
+    """The Δ of every other task column, for context."""
+    described = []
+    for other, label in COLUMN_LABELS.items():
+        if other != prefix:
+            o = _task_cells(row, other)
+            described.append(_describe_delta(label, o["delta"], o["ci_low"], o["ci_high"]))
+    return "; ".join(described)
+
+
 def judge(
     row: LeaderboardRow, target: Target, prefix: str, max_loss: float, min_concurrency: float
 ) -> Candidate:
     """One row against the quality budget (points) and the target's memory."""
     cells = _task_cells(row, prefix)
-    other = "mmlu" if prefix == "kmmlu" else "kmmlu"
-    o = _task_cells(row, other)
     reasons: list[str] = []
     if row.status != "ok":
         reasons.append(f"status {row.status}")
@@ -214,7 +222,7 @@ def judge(
     memory_ok = memory is not None and memory.fits and memory.max_concurrency >= min_concurrency
     return Candidate(
         checkpoint=row.checkpoint, scheme=row.scheme, calibration=row.calibration, status=row.status,
-        other_task=_describe_delta(other.upper(), o["delta"], o["ci_low"], o["ci_high"]),
+        other_task=_other_tasks(row, prefix),
         memory=memory, quality_ok=quality_ok, memory_ok=memory_ok, reasons=reasons, **cells,
     )  # fmt: skip
 

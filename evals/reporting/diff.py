@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from typing import Literal
 
 from evals.reporting.leaderboard import COLUMNS
-from kqe.core.leaderboard_row import LeaderboardRow
+from evals.reporting.leaderboard_row import LeaderboardRow
+from evals.tasks.registry import COLUMN_LABELS
 from kqe.core.records import Record
 
 Cell = str | float | int | None
@@ -85,7 +86,7 @@ def diff(
             unchanged.append(key)
             continue
         verdicts = [
-            (p, getattr(row_a, f"{p}_verdict"), getattr(row_b, f"{p}_verdict")) for p in ("kmmlu", "mmlu")
+            (p, getattr(row_a, f"{p}_verdict"), getattr(row_b, f"{p}_verdict")) for p in COLUMN_LABELS
         ]
         flips = [f"{p}: {va} → {vb}" for p, va, vb in verdicts if va and vb and va != vb]
         changed.append(RowDiff(key=key, changes=changes, verdict_flips=flips))

@@ -12,17 +12,22 @@ from types import UnionType
 from typing import get_args
 
 from evals.capacity.load import LoadReport
+from evals.reporting.leaderboard_row import (
+    COLUMNS,
+    LEADERBOARD_SCHEMA_VERSION,
+    LeaderboardRow,
+    column_meaning,
+    column_type,
+)
 from evals.tasks.registry import COLUMN_PREFIXES
 from kqe import __version__
 from kqe.core.errors import UserError
 from kqe.core.io import write_atomic
-from kqe.core.leaderboard_row import LEADERBOARD_SCHEMA_VERSION, LeaderboardRow
 from kqe.core.records import Checkpoint, MemoryReport
 from kqe.core.results import Comparison, ScoreRun
 
 log = logging.getLogger(__name__)
 
-COLUMNS = list(LeaderboardRow.model_fields)
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
@@ -239,7 +244,7 @@ def read_leaderboard(path: Path) -> list[LeaderboardRow]:
 
 
 def _parse_cell(name: str, text: str) -> str | None:
-    if text == "" and type(None) in get_args(LeaderboardRow.model_fields[name].annotation):
+    if text == "" and type(None) in get_args(column_type(name)):
         return None
     if text.startswith("'") and text[1:].startswith(_FORMULA_START):
         return text[1:]
@@ -282,9 +287,9 @@ def column_table() -> str:
         "| column | type | meaning |",
         "|---|---|---|",
     ]
-    for name, field in LeaderboardRow.model_fields.items():
-        meaning = " ".join((field.description or "").split()).replace("|", "\\|")
-        lines.append(f"| `{name}` | {_type_name(field.annotation)} | {meaning} |")
+    for name in COLUMNS:
+        meaning = " ".join(column_meaning(name).split()).replace("|", "\\|")
+        lines.append(f"| `{name}` | {_type_name(column_type(name))} | {meaning} |")
     return "\n".join(lines)
 
 

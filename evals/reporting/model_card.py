@@ -8,9 +8,9 @@ from collections import Counter
 from collections.abc import Sequence
 
 from evals.planning.decide import BASE_SCHEME, points
+from evals.reporting.leaderboard_row import LeaderboardRow
 from evals.reporting.plots import TASKS, task_label
 from evals.reporting.report_text import caveats, cell, checkpoint_caveats, delta_ci
-from kqe.core.leaderboard_row import LeaderboardRow
 from kqe.core.records import Checkpoint, ModelSpec
 from kqe.core.results import RunSummary
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Sequence
+from itertools import cycle
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evals.planning.decide import BASE_SCHEME
+from evals.reporting.leaderboard_row import LeaderboardRow
 from evals.tasks.registry import COLUMN_LABELS
-from kqe.core.leaderboard_row import LeaderboardRow
 from kqe.core.results import RunSummary
 
 if TYPE_CHECKING:
@@ -23,7 +24,16 @@ if TYPE_CHECKING:
 
 TASKS = COLUMN_LABELS
 """Leaderboard column prefix → label; which items were scored is in each row's `<prefix>_source`."""
-TASK_STYLE = {"kmmlu": ("tab:red", "o"), "mmlu": ("tab:blue", "s")}
+_STYLES = (("tab:red", "o"), ("tab:blue", "s"), ("tab:green", "^"), ("tab:purple", "D"), ("tab:orange", "v"))
+TASK_STYLE = dict(zip(TASKS, cycle(_STYLES), strict=False))
+"""Column prefix → (colour, marker), in registry order."""
+
+
+def _shifts(step: float) -> list[float]:
+    """Offsets that put one bar per task side by side around a point, `step` apart."""
+    return [step * (i - (len(TASKS) - 1) / 2) for i in range(len(TASKS))]
+
+
 MARGIN_POINTS = 1.0
 """The verdicts' non-inferiority margin, drawn as a dashed line."""
 
@@ -96,13 +106,13 @@ def pareto_figure(rows: Sequence[LeaderboardRow], run: RunSummary | None) -> Fig
         else:
             placed = _stagger(placed)
         spread = max(x for x, _ in placed) - min(x for x, _ in placed) if placed else 0.0
-        for shift, prefix in zip((-0.012, 0.012), TASKS, strict=True):  # side by side, not on top
+        for shift, prefix in zip(_shifts(0.024), TASKS, strict=True):  # side by side, not on top
             for x, row in placed:
                 if bars := task_values(row, prefix):
                     _interval(ax, x + shift * (spread or 1.0), bars, prefix, vertical=True)
         for x, row in placed if len(values) > 1 else []:  # name each point, left of its first bar
             delta = next((bars[0] for p in TASKS if (bars := task_values(row, p))), 0.0)
-            at = (x - 0.012 * (spread or 1.0), delta)
+            at = (x + _shifts(0.024)[0] * (spread or 1.0), delta)
             ax.annotate(
                 row.checkpoint, at, textcoords="offset points", xytext=(-5, 0), ha="right", fontsize=8,
                 bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8},
@@ -199,7 +209,7 @@ def calibration_figure(rows: Sequence[LeaderboardRow]) -> Figure:
     fig = figure(5 * len(groups) + 1, 4.2)
     axes = fig.subplots(1, len(groups), squeeze=False, sharey=True)[0]
     for ax, (scheme, group) in zip(axes, groups.items(), strict=True):
-        for shift, prefix in zip((-0.1, 0.1), TASKS, strict=True):
+        for shift, prefix in zip(_shifts(0.2), TASKS, strict=True):
             for x, row in enumerate(group):
                 if values := task_values(row, prefix):
                     _interval(ax, x + shift, values, prefix, vertical=True)

@@ -11,13 +11,13 @@ from pydantic import ValidationError
 from evals.planning.decide import BASE_SCHEME, points
 from evals.reporting import plots as figures
 from evals.reporting.leaderboard import read_leaderboard
+from evals.reporting.leaderboard_row import LeaderboardRow
 from evals.reporting.model_card import model_card
 from evals.reporting.plots import TASKS, task_label
 from evals.reporting.report_text import caveats, cell, delta_ci
 from evals.statistics import averages
 from kqe.core.errors import UserError
 from kqe.core.io import write_atomic
-from kqe.core.leaderboard_row import LeaderboardRow
 from kqe.core.records import ModelSpec
 from kqe.core.results import RunSummary
 from kqe.core.workspace import safe_name
@@ -98,20 +98,22 @@ def _verdict(row: LeaderboardRow, prefix: str) -> str:
 
 
 def _summary_table(rows: Sequence[LeaderboardRow]) -> list[str]:
+    task_heads = [f"{label} acc | {label} Δ [95% CI] | {label} verdict" for label in TASKS.values()]
     lines = [
-        "| checkpoint | scheme | calibration | KMMLU acc | KMMLU Δ [95% CI] | KMMLU verdict | MMLU acc | "
-        "MMLU Δ [95% CI] | MMLU verdict | KO−EN gap | weights GiB | disk GiB | max conc. |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| checkpoint | scheme | calibration | {' | '.join(task_heads)} | KO−EN gap | weights GiB | "
+        "disk GiB | max conc. |",
+        "|---" * (7 + 3 * len(TASKS)) + "|",
     ]
     for r in rows:
         gap = "—" if r.ko_en_gap is None else f"{points(r.ko_en_gap)}"
         if r.ko_en_gap_ci_low is not None and r.ko_en_gap_ci_high is not None:
             gap += f" [{points(r.ko_en_gap_ci_low)}, {points(r.ko_en_gap_ci_high)}]"
+        tasks = [
+            f"{cell(getattr(r, f'{p}_acc'), '.1%')} | {delta_ci(r, p)} | {_verdict(r, p)}" for p in TASKS
+        ]
         lines.append(
-            f"| {r.checkpoint} | {r.scheme} | {r.calibration} | {cell(r.kmmlu_acc, '.1%')} | "
-            f"{delta_ci(r, 'kmmlu')} | {_verdict(r, 'kmmlu')} | {cell(r.mmlu_acc, '.1%')} | "
-            f"{delta_ci(r, 'mmlu')} | {_verdict(r, 'mmlu')} | {gap} | {cell(r.weights_gib, '.2f')} | "
-            f"{cell(r.disk_gib, '.2f')} | {cell(r.max_concurrency, '.1f')} |"
+            f"| {r.checkpoint} | {r.scheme} | {r.calibration} | {' | '.join(tasks)} | {gap} | "
+            f"{cell(r.weights_gib, '.2f')} | {cell(r.disk_gib, '.2f')} | {cell(r.max_concurrency, '.1f')} |"
         )
     return lines
 
@@ -149,10 +151,10 @@ def _calibration_section(rows: Sequence[LeaderboardRow], plots: dict[str, Path])
             "Accuracy of each checkpoint minus its control's (same scheme, least Korean calibration), "
             "same items, points [95% CI], exact McNemar p and the minimum detectable effect:",
             "",
-            "| checkpoint | control | KMMLU effect | MMLU effect |",
-            "|---|---|---|---|",
+            "| checkpoint | control | " + " | ".join(f"{label} effect" for label in TASKS.values()) + " |",
+            "|---" * (2 + len(TASKS)) + "|",
             *[
-                f"| {r.checkpoint} | {r.calib_effect_vs} | {_effect(r, 'kmmlu')} | {_effect(r, 'mmlu')} |"
+                f"| {r.checkpoint} | {r.calib_effect_vs} | " + " | ".join(_effect(r, p) for p in TASKS) + " |"
                 for r in paired
             ],
         ]

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from evals.planning.decide import BASE_SCHEME
+from evals.reporting.leaderboard_row import LeaderboardRow
 from evals.reporting.plots import TASKS, task_label, task_values
-from kqe.core.leaderboard_row import LeaderboardRow
 from kqe.core.records import ModelSpec
 from kqe.core.results import RunSummary
 

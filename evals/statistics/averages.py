@@ -24,14 +24,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from evals.reporting.leaderboard_row import LeaderboardRow
 from evals.statistics.pairing import Scored, pair_items
 from evals.statistics.stats import BOOTSTRAP_RESAMPLES, SEED, percentile_ci
-from evals.tasks import benchmark_data, prompts
-from evals.tasks.registry import TASK_SPECS
-from kqe.core.leaderboard_row import LeaderboardRow
-
-CATEGORY_ORDER = ("stem", "applied", "humss", "other")
-"""KMMLU supercategories: STEM, Applied Science, HUMSS (humanities and social sciences), Other."""
+from evals.tasks import benchmark_data
+from evals.tasks.registry import CATEGORY_LABELS, KMMLU_CATEGORIES, TASK_SPECS
 
 
 @dataclass(frozen=True)
@@ -102,7 +99,7 @@ def task_averages(
         if unknown:
             raise ValueError(f"subjects without a supercategory: {', '.join(unknown)}")
         of = np.array([categories[label] for label in labels])
-        for category in CATEGORY_ORDER:
+        for category in CATEGORY_LABELS:
             mask = of == category
             if mask.any():
                 by_category[category] = _estimate(
@@ -157,7 +154,7 @@ def leaderboard_cells(
         scored = items.get(task)
         if not scored:
             continue
-        categories = benchmark_data.kmmlu_categories() if prompts.is_kmmlu(task) else None
+        categories = benchmark_data.kmmlu_categories() if TASK_SPECS[task].categories else None
         averages = task_averages(scored, categories, resamples, seed)
         micro = _cells(prefix, "acc", averages.micro)
         cells |= {column: value for column, value in micro.items() if column != f"{prefix}_acc"}
@@ -205,7 +202,7 @@ def markdown_section(rows: Sequence[LeaderboardRow]) -> list[str]:
             _percent(r.kmmlu_acc, r.kmmlu_acc_ci_low, r.kmmlu_acc_ci_high),
             _column(r, "kmmlu_macro"),
             _column(r, "kmmlu_macro_delta", "+"),
-            *[_percent(getattr(r, f"kmmlu_{category}")) for category in CATEGORY_ORDER],
+            *[_percent(getattr(r, f"kmmlu_{category}")) for category in KMMLU_CATEGORIES],
             _column(r, "mmlu_macro"),
             _column(r, "mmlu_macro_delta", "+"),
         ]

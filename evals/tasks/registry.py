@@ -23,12 +23,24 @@ class TaskSpec:
     """What reports and plots call the columns it fills."""
     english: str | None = None
     """The English task its loss is contrasted with (the Korean-vs-English gap); None for English tasks."""
+    categories: tuple[str, ...] = ()
+    """Supercategories its subjects fall in (keys of CATEGORY_LABELS), each a column of its own."""
+
+
+CATEGORY_LABELS = {
+    "stem": "STEM",
+    "applied": "Applied Science",
+    "humss": "HUMSS (humanities and social sciences)",
+    "other": "Other",
+}
+"""Supercategory key -> what the column docs call it (KMMLU's four, lm-eval's group tags)."""
+KMMLU_CATEGORIES = tuple(CATEGORY_LABELS)
 
 
 TASK_SPECS = {
-    "kmmlu": TaskSpec("kmmlu", 0, "kqe_kmmlu", "kmmlu", "KMMLU", english="mmlu"),
-    "kmmlu_5shot": TaskSpec("kmmlu", 5, "kqe_kmmlu_5shot", "kmmlu", "KMMLU", english="mmlu_5shot"),
-    "kmmlu_hard": TaskSpec("kmmlu_hard", 0, "kqe_kmmlu_hard", "kmmlu", "KMMLU", english="mmlu"),
+    "kmmlu": TaskSpec("kmmlu", 0, "kqe_kmmlu", "kmmlu", "KMMLU", "mmlu", KMMLU_CATEGORIES),
+    "kmmlu_5shot": TaskSpec("kmmlu", 5, "kqe_kmmlu_5shot", "kmmlu", "KMMLU", "mmlu_5shot", KMMLU_CATEGORIES),
+    "kmmlu_hard": TaskSpec("kmmlu_hard", 0, "kqe_kmmlu_hard", "kmmlu", "KMMLU", "mmlu", KMMLU_CATEGORIES),
     "mmlu": TaskSpec("mmlu", 0, "kqe_mmlu", "mmlu", "MMLU"),
     "mmlu_5shot": TaskSpec("mmlu", 5, "kqe_mmlu_5shot", "mmlu", "MMLU"),
 }
@@ -39,7 +51,18 @@ LM_EVAL_TASKS = {task: spec.lm_eval_task for task, spec in TASK_SPECS.items()}
 """Our task name -> name of its lm-eval task in evals/tasks/."""
 COLUMN_PREFIXES = {task: spec.columns for task, spec in TASK_SPECS.items()}
 """Task -> its leaderboard column prefix; a run scores at most one task per prefix."""
-COLUMN_LABELS = {spec.columns: spec.label for spec in TASK_SPECS.values()}
+
+
+def _first_per_prefix() -> dict[str, TaskSpec]:
+    found: dict[str, TaskSpec] = {}
+    for spec in TASK_SPECS.values():
+        found.setdefault(spec.columns, spec)
+    return found
+
+
+COLUMN_SPECS = _first_per_prefix()
+"""Leaderboard column prefix -> the first task registered with it (its label and supercategories)."""
+COLUMN_LABELS = {prefix: spec.label for prefix, spec in COLUMN_SPECS.items()}
 """Leaderboard column prefix -> label, in column order (Korean first)."""
 KOREAN_TO_ENGLISH = {task: spec.english for task, spec in TASK_SPECS.items() if spec.english}
 """Korean task -> the English task its loss is contrasted with."""

@@ -8,9 +8,9 @@ from pathlib import Path
 import click
 
 from evals.planning.decide import Choice, Target, choose, measured_applies, profile_for_gpu
+from evals.reporting.leaderboard_row import LeaderboardRow
 from kqe.commands.guard import run_guarded
 from kqe.core.errors import UserError
-from kqe.core.leaderboard_row import LeaderboardRow
 
 
 def load_target(

@@ -17,6 +17,7 @@ from pathlib import Path
 from evals.capacity import load
 from evals.capacity import load_prompts as rag_prompts
 from evals.reporting import leaderboard, report
+from evals.reporting.leaderboard_row import LeaderboardRow
 from evals.scoring import generate, perplexity, score
 from evals.serving import doctor, hardware, serve
 from evals.serving.memory import with_checkpoint_weights
@@ -25,7 +26,6 @@ from evals.tasks.ko_rag import metrics as rag_metrics
 from evals.tasks.ko_rag import task as rag_task
 from kqe.core.errors import UserError
 from kqe.core.io import read_jsonl, read_record, sha256_of, write_record
-from kqe.core.leaderboard_row import LeaderboardRow
 from kqe.core.records import Checkpoint, MemoryReport, content_hash
 from kqe.core.results import Comparison, ItemResult, Perplexity, RunSummary, ScoreRun
 from kqe.core.workspace import Workspace

