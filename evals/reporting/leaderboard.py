@@ -15,9 +15,11 @@ from evals.capacity.load import LoadReport
 from evals.reporting.leaderboard_row import (
     COLUMNS,
     LEADERBOARD_SCHEMA_VERSION,
+    TASK_COLUMNS,
     LeaderboardRow,
     column_meaning,
     column_type,
+    columns,
 )
 from evals.tasks.registry import COLUMN_PREFIXES
 from kqe import __version__
@@ -215,9 +217,10 @@ def _cell(value: object) -> str:
 def write_leaderboard(path: Path, rows: list[LeaderboardRow]) -> None:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(COLUMNS)
+    names = columns(rows)
+    writer.writerow(names)
     for row in rows:
-        writer.writerow([_cell(getattr(row, name)) for name in COLUMNS])
+        writer.writerow([_cell(getattr(row, name)) for name in names])
     write_atomic(path, buffer.getvalue())
 
 
@@ -229,7 +232,7 @@ def read_leaderboard(path: Path) -> list[LeaderboardRow]:
         records = list(csv.DictReader(handle))
     if not records:
         raise UserError(f"leaderboard {path} has no rows: run `make eval` to fill it")
-    missing = [name for name in COLUMNS if name not in records[0]]
+    missing = [name for name in COLUMNS if name not in records[0] and name not in TASK_COLUMNS]
     if "schema_version" in records[0] and records[0]["schema_version"] != str(LEADERBOARD_SCHEMA_VERSION):
         raise UserError(
             f"leaderboard {path} has schema version {records[0]['schema_version']}, this suite reads "
@@ -238,7 +241,9 @@ def read_leaderboard(path: Path) -> list[LeaderboardRow]:
     if missing:
         raise UserError(f"leaderboard {path} lacks columns {', '.join(missing)}: is it a kqe leaderboard?")
     return [
-        LeaderboardRow.model_validate({name: _parse_cell(name, record[name]) for name in COLUMNS})
+        LeaderboardRow.model_validate(
+            {name: _parse_cell(name, record[name]) for name in COLUMNS if name in record}
+        )
         for record in records
     ]
 

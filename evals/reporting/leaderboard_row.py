@@ -7,8 +7,9 @@ task with a new column prefix gets its columns, their docs and their place in th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import Field, TypeAdapter, model_validator
 
@@ -107,11 +108,18 @@ def _averages(spec: TaskSpec) -> tuple[TaskColumn, ...]:
     )
 
 
-def _columns(groups: dict[str, tuple[TaskColumn, ...]]) -> dict[str, tuple[type, str]]:
+class ColumnDoc(NamedTuple):
+    """What a generated column is."""
+
+    prefix: str
+    kind: type
+    meaning: str
+
+
+def _columns(groups: dict[str, tuple[TaskColumn, ...]]) -> dict[str, ColumnDoc]:
     return {
-        f"{prefix}_{column.suffix}": (
-            column.kind,
-            column.meaning.format(label=COLUMN_SPECS[prefix].label, prefix=prefix),
+        f"{prefix}_{column.suffix}": ColumnDoc(
+            prefix, column.kind, column.meaning.format(label=COLUMN_SPECS[prefix].label, prefix=prefix)
         )
         for prefix, group in groups.items()
         for column in group
@@ -122,7 +130,7 @@ COMPARISON_COLUMNS = _columns({prefix: COMPARISON for prefix in COLUMN_SPECS})
 CALIBRATION_EFFECT_COLUMNS = _columns({prefix: CALIBRATION_EFFECT for prefix in COLUMN_SPECS})
 AVERAGES_COLUMNS = _columns({prefix: _averages(spec) for prefix, spec in COLUMN_SPECS.items()})
 TASK_COLUMNS = COMPARISON_COLUMNS | CALIBRATION_EFFECT_COLUMNS | AVERAGES_COLUMNS
-"""Every per-task column: name -> (type, meaning)."""
+"""Every per-task column of every registered column prefix: name -> what it is."""
 _CELL_KINDS: dict[type, TypeAdapter[Any]] = {kind: TypeAdapter(kind) for kind in (float, int, str)}
 
 
@@ -288,7 +296,7 @@ class LeaderboardRow(Record):
 
 def _cell(name: str, value: object) -> Cell:
     """`value` as the type of task column `name` (CSV text included)."""
-    return None if value is None else _CELL_KINDS[TASK_COLUMNS[name][0]].validate_python(value)
+    return None if value is None else _CELL_KINDS[TASK_COLUMNS[name].kind].validate_python(value)
 
 
 def _layout() -> list[str]:
@@ -305,18 +313,35 @@ def _layout() -> list[str]:
 
 
 COLUMNS = _layout()
-"""Every column of the CSV, in order."""
+"""Every column of every registered task, in CSV order (a CSV holds the scored tasks' only: `columns`)."""
+
+
+def columns(rows: list[LeaderboardRow]) -> list[str]:
+    """The CSV's columns for `rows`: every fixed one, and the task columns of the prefixes any row has
+    a value for, so a task registered later does not change the leaderboards of runs without it."""
+    scored = {
+        TASK_COLUMNS[name].prefix for row in rows for name, value in row.tasks.items() if value is not None
+    }
+    return [name for name in COLUMNS if name not in TASK_COLUMNS or TASK_COLUMNS[name].prefix in scored]
+
+
+def scored_tasks(rows: Sequence[LeaderboardRow]) -> dict[str, str]:
+    """Column prefix -> label of the tasks any of `rows` has a value for, in registry order."""
+    scored = {
+        TASK_COLUMNS[name].prefix for row in rows for name, value in row.tasks.items() if value is not None
+    }
+    return {prefix: spec.label for prefix, spec in COLUMN_SPECS.items() if prefix in scored}
 
 
 def column_meaning(name: str) -> str:
     """The docs of column `name`."""
     if name in TASK_COLUMNS:
-        return TASK_COLUMNS[name][1]
+        return TASK_COLUMNS[name].meaning
     return LeaderboardRow.model_fields[name].description or ""
 
 
 def column_type(name: str) -> Any:
     """The type of column `name` (an optional type where the cell may be empty)."""
     if name in TASK_COLUMNS:
-        return TASK_COLUMNS[name][0] | None
+        return TASK_COLUMNS[name].kind | None
     return LeaderboardRow.model_fields[name].annotation

@@ -8,8 +8,8 @@ from collections import Counter
 from collections.abc import Sequence
 
 from evals.planning.decide import BASE_SCHEME, points
-from evals.reporting.leaderboard_row import LeaderboardRow
-from evals.reporting.plots import TASKS, task_label
+from evals.reporting.leaderboard_row import LeaderboardRow, scored_tasks
+from evals.reporting.plots import task_label
 from evals.reporting.report_text import caveats, cell, checkpoint_caveats, delta_ci
 from kqe.core.records import Checkpoint, ModelSpec
 from kqe.core.results import RunSummary
@@ -63,7 +63,7 @@ def _card_scores(row: LeaderboardRow, base: LeaderboardRow | None, run: RunSumma
         "| task | items | base acc | acc | Δ points [95% CI] | p (Holm) | c→w / w→c | verdict |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for prefix in TASKS:
+    for prefix in scored_tasks([row]):
         label = task_label([row], prefix)
         values = {
             n: getattr(row, f"{prefix}_{n}") for n in ("acc", "p_holm", "flips_c2w", "flips_w2c", "verdict")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evals.planning.decide import BASE_SCHEME
-from evals.reporting.leaderboard_row import LeaderboardRow
+from evals.reporting.leaderboard_row import LeaderboardRow, scored_tasks
 from evals.tasks.registry import COLUMN_LABELS
 from kqe.core.results import RunSummary
 
@@ -22,16 +22,14 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-TASKS = COLUMN_LABELS
-"""Leaderboard column prefix → label; which items were scored is in each row's `<prefix>_source`."""
 _STYLES = (("tab:red", "o"), ("tab:blue", "s"), ("tab:green", "^"), ("tab:purple", "D"), ("tab:orange", "v"))
-TASK_STYLE = dict(zip(TASKS, cycle(_STYLES), strict=False))
+TASK_STYLE = dict(zip(COLUMN_LABELS, cycle(_STYLES), strict=False))
 """Column prefix → (colour, marker), in registry order."""
 
 
-def _shifts(step: float) -> list[float]:
-    """Offsets that put one bar per task side by side around a point, `step` apart."""
-    return [step * (i - (len(TASKS) - 1) / 2) for i in range(len(TASKS))]
+def _shifts(step: float, count: int) -> list[float]:
+    """Offsets that put `count` bars (one per task) side by side around a point, `step` apart."""
+    return [step * (i - (count - 1) / 2) for i in range(count)]
 
 
 MARGIN_POINTS = 1.0
@@ -74,8 +72,8 @@ def _interval(ax: Axes, at: float, values: tuple[float, float, float], prefix: s
         ax.errorbar(delta, at, xerr=bar, color=color, marker=marker, capsize=4)
 
 
-def _legend_entries(ax: Axes) -> None:
-    for prefix, label in TASKS.items():
+def _legend_entries(ax: Axes, tasks: dict[str, str]) -> None:
+    for prefix, label in tasks.items():
         color, marker = TASK_STYLE[prefix]
         ax.plot([], [], color=color, marker=marker, label=label)
 
@@ -90,6 +88,7 @@ def _loss_axis(ax: Axes) -> None:
 def pareto_figure(rows: Sequence[LeaderboardRow], run: RunSummary | None) -> Figure:
     """Δ per task with CI bars against weights GiB (left) and max concurrency (right)."""
     fig = figure(11, 4.8)
+    tasks = scored_tasks(rows)
     engine = f" on {'/'.join(sorted({m.device for m in run.memory.values()}))}" if run and run.memory else ""
     context = f"{run.profile.max_model_len:,}-token" if run else "max-model-len"
     axes = fig.subplots(1, 2, sharey=True)
@@ -106,18 +105,18 @@ def pareto_figure(rows: Sequence[LeaderboardRow], run: RunSummary | None) -> Fig
         else:
             placed = _stagger(placed)
         spread = max(x for x, _ in placed) - min(x for x, _ in placed) if placed else 0.0
-        for shift, prefix in zip(_shifts(0.024), TASKS, strict=True):  # side by side, not on top
+        for shift, prefix in zip(_shifts(0.024, len(tasks)), tasks, strict=True):  # side by side, not on top
             for x, row in placed:
                 if bars := task_values(row, prefix):
                     _interval(ax, x + shift * (spread or 1.0), bars, prefix, vertical=True)
         for x, row in placed if len(values) > 1 else []:  # name each point, left of its first bar
-            delta = next((bars[0] for p in TASKS if (bars := task_values(row, p))), 0.0)
-            at = (x + _shifts(0.024)[0] * (spread or 1.0), delta)
+            delta = next((bars[0] for p in tasks if (bars := task_values(row, p))), 0.0)
+            at = (x + _shifts(0.024, len(tasks))[0] * (spread or 1.0), delta)
             ax.annotate(
                 row.checkpoint, at, textcoords="offset points", xytext=(-5, 0), ha="right", fontsize=8,
                 bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8},
             )  # fmt: skip
-        _legend_entries(ax)
+        _legend_entries(ax, tasks)
         _loss_axis(ax)
         ax.set_xlabel(xlabel)
         ax.margins(x=0.12, y=0.1)
@@ -147,15 +146,16 @@ def source_of(rows: Sequence[LeaderboardRow], prefix: str, label: str) -> str:
 
 def task_label(rows: Sequence[LeaderboardRow], prefix: str) -> str:
     """Short name of what was scored: `KMMLU-HARD dev`, `KMMLU test`, `MMLU test`; else `KMMLU`."""
-    return source_of(rows, prefix, TASKS[prefix]).split(" (")[0]
+    return source_of(rows, prefix, COLUMN_LABELS[prefix]).split(" (")[0]
 
 
 def deltas_figure(rows: Sequence[LeaderboardRow]) -> Figure:
     """One panel per task: each quantized checkpoint's Δ with its 95% CI and verdict."""
     quantized = [r for r in rows if r.scheme != BASE_SCHEME]
-    fig = figure(10, 1.2 + 0.6 * max(len(quantized), 1) * len(TASKS))
-    axes = fig.subplots(len(TASKS), 1, sharex=True, squeeze=False)[:, 0]
-    for ax, (prefix, label) in zip(axes, TASKS.items(), strict=True):
+    tasks = scored_tasks(rows)
+    fig = figure(10, 1.2 + 0.6 * max(len(quantized), 1) * len(tasks))
+    axes = fig.subplots(len(tasks), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, (prefix, label) in zip(axes, tasks.items(), strict=True):
         for y, row in enumerate(quantized):
             if values := task_values(row, prefix):
                 _interval(ax, y, values, prefix, vertical=False)
@@ -177,9 +177,10 @@ def flips_figure(rows: Sequence[LeaderboardRow], run: RunSummary | None = None) 
     items = {s.task: s.n_items for s in run.score_runs if s.checkpoint == BASE_SCHEME} if run else {}
     quantized = [r for r in rows if r.scheme != BASE_SCHEME]
     fig = figure(10, 3.8)
-    axes = fig.subplots(1, len(TASKS), squeeze=False)[0]
+    tasks = scored_tasks(rows)
+    axes = fig.subplots(1, len(tasks), squeeze=False)[0]
     positions = range(len(quantized))
-    for ax, prefix in zip(axes, TASKS, strict=True):
+    for ax, prefix in zip(axes, tasks, strict=True):
         c2w = [getattr(r, f"{prefix}_flips_c2w") or 0 for r in quantized]
         w2c = [getattr(r, f"{prefix}_flips_w2c") or 0 for r in quantized]
         ax.bar([p - 0.2 for p in positions], c2w, width=0.4, color="tab:red", label="correct → wrong")
@@ -206,17 +207,18 @@ def calibration_groups(rows: Sequence[LeaderboardRow]) -> dict[str, list[Leaderb
 def calibration_figure(rows: Sequence[LeaderboardRow]) -> Figure:
     """Δ with CIs per calibration mix and task, for each scheme scored with several mixes."""
     groups = calibration_groups(rows)
+    tasks = scored_tasks(rows)
     fig = figure(5 * len(groups) + 1, 4.2)
     axes = fig.subplots(1, len(groups), squeeze=False, sharey=True)[0]
     for ax, (scheme, group) in zip(axes, groups.items(), strict=True):
-        for shift, prefix in zip(_shifts(0.2), TASKS, strict=True):
+        for shift, prefix in zip(_shifts(0.2, len(tasks)), tasks, strict=True):
             for x, row in enumerate(group):
                 if values := task_values(row, prefix):
                     _interval(ax, x + shift, values, prefix, vertical=True)
         ax.set_xticks(range(len(group)), [f"{r.calibration}\n({r.checkpoint})" for r in group])
         ax.set_xlabel("calibration mix")
         ax.set_title(f"{scheme}: calibration effect", fontsize=10)
-        _legend_entries(ax)
+        _legend_entries(ax, tasks)
         _loss_axis(ax)
         ax.legend(fontsize=8)
     return fig

@@ -11,9 +11,9 @@ from pydantic import ValidationError
 from evals.planning.decide import BASE_SCHEME, points
 from evals.reporting import plots as figures
 from evals.reporting.leaderboard import read_leaderboard
-from evals.reporting.leaderboard_row import LeaderboardRow
+from evals.reporting.leaderboard_row import LeaderboardRow, scored_tasks
 from evals.reporting.model_card import model_card
-from evals.reporting.plots import TASKS, task_label
+from evals.reporting.plots import task_label
 from evals.reporting.report_text import caveats, cell, delta_ci
 from evals.statistics import averages
 from kqe.core.errors import UserError
@@ -98,21 +98,22 @@ def _verdict(row: LeaderboardRow, prefix: str) -> str:
 
 
 def _summary_table(rows: Sequence[LeaderboardRow]) -> list[str]:
-    task_heads = [f"{label} acc | {label} Δ [95% CI] | {label} verdict" for label in TASKS.values()]
+    tasks = scored_tasks(rows)
+    task_heads = [f"{label} acc | {label} Δ [95% CI] | {label} verdict" for label in tasks.values()]
     lines = [
         f"| checkpoint | scheme | calibration | {' | '.join(task_heads)} | KO−EN gap | weights GiB | "
         "disk GiB | max conc. |",
-        "|---" * (7 + 3 * len(TASKS)) + "|",
+        "|---" * (7 + 3 * len(tasks)) + "|",
     ]
     for r in rows:
         gap = "—" if r.ko_en_gap is None else f"{points(r.ko_en_gap)}"
         if r.ko_en_gap_ci_low is not None and r.ko_en_gap_ci_high is not None:
             gap += f" [{points(r.ko_en_gap_ci_low)}, {points(r.ko_en_gap_ci_high)}]"
-        tasks = [
-            f"{cell(getattr(r, f'{p}_acc'), '.1%')} | {delta_ci(r, p)} | {_verdict(r, p)}" for p in TASKS
+        scores = [
+            f"{cell(getattr(r, f'{p}_acc'), '.1%')} | {delta_ci(r, p)} | {_verdict(r, p)}" for p in tasks
         ]
         lines.append(
-            f"| {r.checkpoint} | {r.scheme} | {r.calibration} | {' | '.join(tasks)} | {gap} | "
+            f"| {r.checkpoint} | {r.scheme} | {r.calibration} | {' | '.join(scores)} | {gap} | "
             f"{cell(r.weights_gib, '.2f')} | {cell(r.disk_gib, '.2f')} | {cell(r.max_concurrency, '.1f')} |"
         )
     return lines
@@ -124,7 +125,7 @@ def _flips_table(rows: Sequence[LeaderboardRow]) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        for prefix in TASKS:
+        for prefix in scored_tasks(rows):
             label = task_label([r], prefix)
             if r.scheme != BASE_SCHEME and getattr(r, f"{prefix}_delta") is not None:
                 cells = [getattr(r, f"{prefix}_{n}") for n in ("flips_c2w", "flips_w2c", "p", "p_holm", "kl")]
@@ -146,15 +147,16 @@ def _effect(row: LeaderboardRow, prefix: str) -> str:
 
 def _calibration_section(rows: Sequence[LeaderboardRow], plots: dict[str, Path]) -> str:
     paired = [r for r in rows if r.calib_effect_vs]
+    tasks = scored_tasks(rows)
     if paired:
         lines = [
             "Accuracy of each checkpoint minus its control's (same scheme, least Korean calibration), "
             "same items, points [95% CI], exact McNemar p and the minimum detectable effect:",
             "",
-            "| checkpoint | control | " + " | ".join(f"{label} effect" for label in TASKS.values()) + " |",
-            "|---" * (2 + len(TASKS)) + "|",
+            "| checkpoint | control | " + " | ".join(f"{label} effect" for label in tasks.values()) + " |",
+            "|---" * (2 + len(tasks)) + "|",
             *[
-                f"| {r.checkpoint} | {r.calib_effect_vs} | " + " | ".join(_effect(r, p) for p in TASKS) + " |"
+                f"| {r.checkpoint} | {r.calib_effect_vs} | " + " | ".join(_effect(r, p) for p in tasks) + " |"
                 for r in paired
             ],
         ]

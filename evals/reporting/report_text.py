@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from evals.planning.decide import BASE_SCHEME
-from evals.reporting.leaderboard_row import LeaderboardRow
-from evals.reporting.plots import TASKS, task_label, task_values
+from evals.reporting.leaderboard_row import LeaderboardRow, scored_tasks
+from evals.reporting.plots import task_label, task_values
 from kqe.core.records import ModelSpec
 from kqe.core.results import RunSummary
 
@@ -38,7 +38,7 @@ def caveats(rows: Sequence[LeaderboardRow], run: RunSummary | None, spec: ModelS
             "already carries 4-bit rounding, so quantization losses here are measured from that baseline."
         )
     base = next((r for r in rows if r.scheme == BASE_SCHEME), None)
-    for prefix in TASKS:
+    for prefix in scored_tasks(rows):
         label = task_label(rows, prefix)
         acc = getattr(base, f"{prefix}_acc") if base else None
         if acc is not None and acc < NEAR_CHANCE:
@@ -67,7 +67,7 @@ def caveats(rows: Sequence[LeaderboardRow], run: RunSummary | None, spec: ModelS
 def checkpoint_caveats(row: LeaderboardRow) -> list[str]:
     """Caveats of one checkpoint's own numbers: the tasks whose verdict is inconclusive."""
     notes = []
-    for prefix in TASKS:
+    for prefix in scored_tasks([row]):
         label = task_label([row], prefix)
         verdict, mde = getattr(row, f"{prefix}_verdict"), getattr(row, f"{prefix}_mde")
         if verdict and verdict.startswith("inconclusive") and mde is not None:

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evals.reporting.leaderboard_row import LeaderboardRow
+from evals.reporting.leaderboard_row import LeaderboardRow, scored_tasks
 from evals.statistics.pairing import Scored, pair_items
 from evals.statistics.stats import BOOTSTRAP_RESAMPLES, SEED, percentile_ci
 from evals.tasks import benchmark_data
-from evals.tasks.registry import CATEGORY_LABELS, KMMLU_CATEGORIES, TASK_SPECS
+from evals.tasks.registry import CATEGORY_LABELS, COLUMN_SPECS, TASK_SPECS
 
 
 @dataclass(frozen=True)
@@ -182,29 +182,31 @@ def _column(row: LeaderboardRow, name: str, sign: str = "") -> str:
 
 def markdown_section(rows: Sequence[LeaderboardRow]) -> list[str]:
     """The report's averages: which items, micro vs macro with CIs, supercategories, macro Δ."""
-    sources = [
-        (name, getattr(rows[0], f"{prefix}_source"))
-        for prefix, name in (("kmmlu", "KMMLU"), ("mmlu", "MMLU"))
-    ]
+    tasks = {prefix: COLUMN_SPECS[prefix] for prefix in scored_tasks(rows)}
+    sources = [(spec.label, getattr(rows[0], f"{prefix}_source")) for prefix, spec in tasks.items()]
     named = [f"{name}: {source}" for name, source in sources if source]
     lines = [f"Items: {'; '.join(named)}.", ""] if named else []
+    heads = [
+        f"{spec.label} micro | {spec.label} macro | {spec.label} macro Δ"
+        + "".join(f" | {CATEGORY_LABELS[key].split(' (')[0]}" for key in spec.categories)
+        for spec in tasks.values()
+    ]
     lines += [
         "Micro = share of all items right (lm-eval's score); macro = mean of the subjects' accuracies (the "
         "KMMLU paper's); a supercategory is the macro of its subjects. Percent [95% CI, items resampled "
         "within subjects]; macro Δ against bf16 in points, paired.",
         "",
-        "| checkpoint | KMMLU micro | KMMLU macro | KMMLU macro Δ | STEM | Applied Sci. | HUMSS | Other | "
-        "MMLU macro | MMLU macro Δ |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| checkpoint | {' | '.join(heads)} |",
+        "|---" * (1 + sum(3 + len(spec.categories) for spec in tasks.values())) + "|",
     ]
     for r in rows:
-        cells = [
-            _percent(r.kmmlu_acc, r.kmmlu_acc_ci_low, r.kmmlu_acc_ci_high),
-            _column(r, "kmmlu_macro"),
-            _column(r, "kmmlu_macro_delta", "+"),
-            *[_percent(getattr(r, f"kmmlu_{category}")) for category in KMMLU_CATEGORIES],
-            _column(r, "mmlu_macro"),
-            _column(r, "mmlu_macro_delta", "+"),
-        ]
+        cells = []
+        for prefix, spec in tasks.items():
+            cells += [
+                _column(r, f"{prefix}_acc"),
+                _column(r, f"{prefix}_macro"),
+                _column(r, f"{prefix}_macro_delta", "+"),
+            ]
+            cells += [_percent(getattr(r, f"{prefix}_{key}")) for key in spec.categories]
         lines.append(f"| {r.checkpoint} | " + " | ".join(cells) + " |")
     return lines

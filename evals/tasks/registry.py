@@ -1,18 +1,24 @@
 """The task registry: every task the suite scores, once. The leaderboard's column prefixes, the plots'
 labels, `kqe choose --task`, the Korean-vs-English pairing and the lm-eval task names all derive
-from `TASK_SPECS`; adding a letter-choice task is one entry here, its data loader and its YAML."""
+from `TASK_SPECS`; adding a letter-choice task is one entry here, its data loader and its YAML
+(`ko_faq` was added so: this entry, evals/tasks/debian_faq.py, evals/tasks/kqe_ko_faq.yaml)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from evals.tasks.benchmark_data import Source, kmmlu_hard_source, kmmlu_source, mmlu_source
+from evals.tasks.debian_faq import ko_faq_source
+from kqe.core.workspace import Workspace
 
 
 @dataclass(frozen=True)
 class TaskSpec:
     """One letter-choice task we score: which items, how many shots, which lm-eval task renders it."""
 
-    family: str
-    """Source family: `kmmlu` (hub or offline), `kmmlu_hard` (offline always) or `mmlu`."""
+    source: Callable[[Workspace], Source]
+    """Where its items come from in this environment (hub, local copy or offline)."""
     shots: int
     """Shots asked for; offline KMMLU has at most 4 per item."""
     lm_eval_task: str
@@ -38,11 +44,16 @@ KMMLU_CATEGORIES = tuple(CATEGORY_LABELS)
 
 
 TASK_SPECS = {
-    "kmmlu": TaskSpec("kmmlu", 0, "kqe_kmmlu", "kmmlu", "KMMLU", "mmlu", KMMLU_CATEGORIES),
-    "kmmlu_5shot": TaskSpec("kmmlu", 5, "kqe_kmmlu_5shot", "kmmlu", "KMMLU", "mmlu_5shot", KMMLU_CATEGORIES),
-    "kmmlu_hard": TaskSpec("kmmlu_hard", 0, "kqe_kmmlu_hard", "kmmlu", "KMMLU", "mmlu", KMMLU_CATEGORIES),
-    "mmlu": TaskSpec("mmlu", 0, "kqe_mmlu", "mmlu", "MMLU"),
-    "mmlu_5shot": TaskSpec("mmlu", 5, "kqe_mmlu_5shot", "mmlu", "MMLU"),
+    "kmmlu": TaskSpec(kmmlu_source, 0, "kqe_kmmlu", "kmmlu", "KMMLU", "mmlu", KMMLU_CATEGORIES),
+    "kmmlu_5shot": TaskSpec(
+        kmmlu_source, 5, "kqe_kmmlu_5shot", "kmmlu", "KMMLU", "mmlu_5shot", KMMLU_CATEGORIES
+    ),
+    "kmmlu_hard": TaskSpec(
+        kmmlu_hard_source, 0, "kqe_kmmlu_hard", "kmmlu", "KMMLU", "mmlu", KMMLU_CATEGORIES
+    ),
+    "mmlu": TaskSpec(mmlu_source, 0, "kqe_mmlu", "mmlu", "MMLU"),
+    "mmlu_5shot": TaskSpec(mmlu_source, 5, "kqe_mmlu_5shot", "mmlu", "MMLU"),
+    "ko_faq": TaskSpec(ko_faq_source, 0, "kqe_ko_faq", "ko_faq", "KO-FAQ"),
 }
 OTHER_TASKS = ("ko_rag",)
 """Tasks scored by their own modules (ko_rag: evals/tasks/ko_rag/task.py): known names, not prepared here."""

@@ -40,26 +40,7 @@ def _load(task: str, options: dict[str, Any]) -> datasets.DatasetDict:
     return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
 
 
-def load_mmlu(**options: Any) -> datasets.DatasetDict:
-    """`custom_dataset` of kqe_mmlu (lm-eval passes task metadata and dataset_kwargs as keywords)."""
-    return _load("mmlu", options)
-
-
-def load_mmlu_5shot(**options: Any) -> datasets.DatasetDict:
-    """`custom_dataset` of kqe_mmlu_5shot."""
-    return _load("mmlu_5shot", options)
-
-
-def load_kmmlu_hard(**options: Any) -> datasets.DatasetDict:
-    """`custom_dataset` of kqe_kmmlu_hard."""
-    return _load("kmmlu_hard", options)
-
-
-def load_kmmlu(**options: Any) -> datasets.DatasetDict:
-    """`custom_dataset` of kqe_kmmlu."""
-    return _load("kmmlu", options)
-
-
-def load_kmmlu_5shot(**options: Any) -> datasets.DatasetDict:
-    """`custom_dataset` of kqe_kmmlu_5shot."""
-    return _load("kmmlu_5shot", options)
+def load_prepared(task: str, **options: Any) -> datasets.DatasetDict:
+    """`custom_dataset` of every kqe task YAML: its `dataset_kwargs: {task: <our task name>}` says which
+    prepared file to read (lm-eval passes task metadata and dataset_kwargs as keywords)."""
+    return _load(task, options)
