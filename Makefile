@@ -4,7 +4,9 @@ SCHEMES ?= bf16,awq-w4a16,w4a16-rtn,fp8-dynamic
 CALIB ?= ko70,en100
 TASKS ?= kmmlu,mmlu
 LIMIT ?= 300
-PROFILE ?= cpu-small
+PROFILE ?=
+TARGET_GPU ?=
+SCORE_PROFILE ?=
 EXTRA ?=
 RUN ?=
 RECIPES ?=
@@ -21,7 +23,8 @@ $(KQE):
 
 eval: $(KQE)
 	$(KQE) eval --model '$(MODEL)' --schemes '$(SCHEMES)' --calibration '$(CALIB)' \
-	  --tasks '$(TASKS)' --limit '$(LIMIT)' --profile '$(PROFILE)' --extra '$(EXTRA)' --recipes '$(RECIPES)' --run '$(RUN)' \
+	  --tasks '$(TASKS)' --limit '$(LIMIT)' --profile '$(PROFILE)' \
+	  --target-gpu '$(TARGET_GPU)' --score-profile '$(SCORE_PROFILE)' --extra '$(EXTRA)' --recipes '$(RECIPES)' --run '$(RUN)' \
 	  $(EVAL_FLAGS)
 
 test: $(KQE)

@@ -16,7 +16,7 @@ from evals.reporting.leaderboard import (
     write_leaderboard,
 )
 from kqe.core.errors import UserError
-from kqe.core.records import SCHEMA_VERSION, Checkpoint, MemoryReport
+from kqe.core.records import Checkpoint, MemoryReport
 from kqe.core.results import Comparison, ScoreRun
 
 
@@ -78,16 +78,24 @@ def test_other_schema_version_is_a_clear_error(tmp_path: Path) -> None:
     lines = path.read_text().splitlines()
     lines[1] = "0" + lines[1][1:]
     path.write_text("\n".join(lines) + "\n")
-    with pytest.raises(UserError, match=f"schema version 0, this suite reads version {SCHEMA_VERSION}"):
+    with pytest.raises(UserError, match="schema version 0, this suite reads versions 3, 4"):
         read_leaderboard(path)
 
 
 def test_leaderboard_of_the_previous_schema_is_a_clear_error() -> None:
     """The committed gemma3-270m leaderboard as session 1's suite (schema 2) wrote it."""
     path = Path(__file__).parent / "data" / "leaderboards" / "gemma3-270m-schema2.csv"
-    message = f"has schema version 2, this suite reads version {SCHEMA_VERSION}: re-run `make eval`"
+    message = "has schema version 2, this suite reads versions 3, 4: re-run `make eval`"
     with pytest.raises(UserError, match=message):
         read_leaderboard(path)
+
+
+def test_a_schema_3_board_reads_with_the_placement_columns_empty() -> None:
+    """The committed gemma3-270m leaderboard, written before the target columns existed."""
+    rows = read_leaderboard(Path(__file__).parents[1] / "results" / "gemma3-270m" / "leaderboard.csv")
+    assert {row.schema_version for row in rows} == {3} and len(rows) == 5
+    assert all(row.memory_source is None and row.target is None for row in rows)
+    assert rows[0].kmmlu_acc is not None
 
 
 def test_missing_columns_are_named(tmp_path: Path) -> None:

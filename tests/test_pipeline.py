@@ -7,15 +7,18 @@ import io
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from evals.planning.placement import PlacementPlan
 from evals.reporting.leaderboard import read_leaderboard
 from evals.serving.serve import load_profile
 from evals.statistics.stats import compare
 from kqe.core.io import read_jsonl, read_record
 from kqe.core.results import ItemResult, RunSummary
 from kqe.core.workspace import Workspace
+from kqe.pipeline import config
 from kqe.pipeline.config import EvalConfig
 from kqe.pipeline.run import run_eval
 from tests.conftest import needs_serve_env
@@ -58,7 +61,9 @@ def without_dates(csv_text: str) -> str:
 
 @pytest.mark.slow
 @needs_serve_env
-def test_eval_builds_serves_scores_ranks_and_resumes(tiny_model_dir: Path, workspace: Workspace) -> None:
+def test_eval_builds_serves_scores_ranks_and_resumes(
+    tiny_model_dir: Path, workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
     write_sources(workspace)
     cfg = EvalConfig(
         # w4a16-rtn, not fp8-dynamic: FP8's CPU matmul is oneDNN's reference code without AMX-FP8
@@ -119,6 +124,43 @@ def test_eval_builds_serves_scores_ranks_and_resumes(tiny_model_dir: Path, works
     assert "--run rtn-only" in read_leaderboard(named)[0].command
     assert not any(stage.startswith("serve ") for stage in stages)
     assert without_dates(board.read_text()) == without_dates(first)
+
+    # a target the base does not fit (0.3 GiB): memory planned for it, items scored through the fallback
+    # (this CPU under cpu-ci, the very stages above: no server), and every comparison kept
+    targeted = rtn_only.model_copy(update={"run": "target", "gpu_gib": 0.3, "score_profile": "cpu-ci"})
+    base_t, rtn_t = read_leaderboard(
+        run_eval(targeted, workspace, lambda what, done, total: stages.append(what))
+    )
+    assert base_t.fits_target is False and base_t.target_pattern and (base_t.target_shortfall_gib or 0) > 0
+    assert base_t.memory_source == rtn_t.memory_source == "planner" and base_t.kv_cache_tokens == 0
+    assert base_t.score_device == "cpu" and base_t.score_placement == "no GPU on this machine"
+    assert base_t.target == "0.3 GiB GPU ×1" and "--gpu-gib 0.3 --score-profile cpu-ci" in base_t.command
+    assert (rtn_t.kmmlu_delta, rtn_t.kmmlu_ci_low, rtn_t.kmmlu_verdict) == (
+        rows[3].kmmlu_delta,
+        rows[3].kmmlu_ci_low,
+        rows[3].kmmlu_verdict,
+    )
+    target_dir = board.parent / "runs" / "target"
+    assert "planned for the target (0.3 GiB GPU ×1)" in (target_dir / "report.md").read_text()
+    assert (target_dir / "placement.json").is_file()
+    assert not any(stage.startswith("serve ") for stage in stages)
+
+    # a checkpoint that fits nowhere: its row says why, with the target's planned memory; the run goes on
+    real_place = config.place
+
+    def rtn_fits_nowhere(*args: Any) -> PlacementPlan:
+        planned = real_place(*args)
+        why = "not scored: does not fit this machine's GPUs"
+        moved = [p.model_copy(update={"score": None, "reason": why}) if p.checkpoint == "w4a16-rtn" else p
+                 for p in planned.checkpoints]  # fmt: skip
+        return planned.model_copy(update={"checkpoints": moved})
+
+    monkeypatch.setattr(config, "place", rtn_fits_nowhere)
+    nowhere = targeted.model_copy(update={"run": "nowhere"})
+    base_n, rtn_n = read_leaderboard(run_eval(nowhere, workspace, lambda what, done, total: None))
+    assert base_n.status == "ok" and base_n.kmmlu_acc == rows[0].kmmlu_acc
+    assert rtn_n.status == "not scored: does not fit this machine's GPUs" and rtn_n.kmmlu_acc is None
+    assert rtn_n.memory_source == "planner" and rtn_n.weights_gib is not None
 
 
 @pytest.mark.slow

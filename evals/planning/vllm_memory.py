@@ -93,20 +93,30 @@ class Gpu:
     memory_gib: float
     compute_capability: str
     source: str
+    aliases: tuple[str, ...] = ()
+    """Other names it is known by (`4090`, `h100`)."""
 
 
 def load_gpus(path: Path = GPUS_PATH) -> dict[str, Gpu]:
     """Every named GPU, in file order."""
     table = tomllib.loads(path.read_text(encoding="utf-8"))
-    return {name: Gpu(name=name, **fields) for name, fields in table.items()}
+    return {
+        name: Gpu(name=name, **(fields | {"aliases": tuple(fields.get("aliases", ()))}))
+        for name, fields in table.items()
+    }
 
 
 def gpu_named(name: str, path: Path = GPUS_PATH) -> Gpu:
     """The GPU called `name`; UserError listing the known names otherwise."""
     gpus = load_gpus(path)
-    if name.lower() not in gpus:
-        raise UserError(f"unknown GPU {name!r}: known GPUs are {', '.join(gpus)}; or give --gpu-gib N")
-    return gpus[name.lower()]
+    wanted = name.lower().removeprefix("nvidia-").removeprefix("rtx-")
+    found = next(
+        (g for g in gpus.values() if wanted in (g.name, *g.aliases) or f"rtx{wanted}" == g.name), None
+    )
+    if found is None:
+        known = ", ".join(g.name + (f" ({'/'.join(g.aliases)})" if g.aliases else "") for g in gpus.values())
+        raise UserError(f"unknown GPU {name!r}: known GPUs are {known}; or give --gpu-gib N")
+    return found
 
 
 class PlanRequest(BaseModel):

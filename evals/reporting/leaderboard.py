@@ -12,9 +12,11 @@ from types import UnionType
 from typing import get_args
 
 from evals.capacity.load import LoadReport
+from evals.planning.placement import Placement
 from evals.reporting.leaderboard_row import (
     COLUMNS,
     LEADERBOARD_SCHEMA_VERSION,
+    READABLE_SCHEMA_VERSIONS,
     TASK_COLUMNS,
     LeaderboardRow,
     column_meaning,
@@ -157,12 +159,23 @@ def _calibration_effect_cells(prefix: str, effect: Comparison) -> dict[str, floa
 
 
 def failed_row(
-    model: str, checkpoint: str, scheme: str, calibration: str, status: str, serve_profile: str, command: str
+    model: str,
+    checkpoint: str,
+    scheme: str,
+    calibration: str,
+    status: str,
+    serve_profile: str,
+    command: str,
+    memory: MemoryReport | None = None,
+    placement: dict[str, object] | None = None,
 ) -> LeaderboardRow:
-    """The row of a checkpoint that could not be built or found: the status says why, the rest is empty."""
+    """The row of a checkpoint that could not be built, found or scored: the status says why; only what
+    the target would hold (`memory`, planned) and where it would have been scored are filled."""
     cells: dict = {name: None for name in COLUMNS}
     cells.update(
         _identity_cells(model, checkpoint, scheme, calibration, status, serve_profile, command),
+        **_memory_cells(None, memory),
+        **(placement or {}),
         checkpoint_key="",
         versions="",
     )
@@ -202,6 +215,21 @@ def _capacity(report: LoadReport | None) -> dict[str, float | int | None]:
     }
 
 
+def placement_cells(placement: Placement) -> dict[str, object]:
+    """The target and scoring-placement columns of a checkpoint (`evals/planning/placement.py`)."""
+    plan, score, target = placement.target_plan, placement.score, None
+    cells: dict[str, object] = {"memory_source": placement.memory_source}
+    if plan is not None:
+        target = f"{plan.gpu or f'{plan.gpu_gib:g} GiB GPU'} ×{plan.tensor_parallel_size}"
+        cells |= {"fits_target": plan.fits, "target_pattern": plan.pattern,
+                  "target_shortfall_gib": placement.shortfall_gib}  # fmt: skip
+    if score is not None:
+        profile = score.profile
+        cells |= {"score_device": score.device, "score_tensor_parallel_size": profile.tensor_parallel_size,
+                  "score_cpu_offload_gib": profile.cpu_offload_gib, "score_placement": score.why}  # fmt: skip
+    return cells | {"target": target}
+
+
 def _cell(value: object) -> str:
     """CSV text of a value; text that a spreadsheet would run as a formula is quoted with a '."""
     if value is None:
@@ -225,19 +253,26 @@ def write_leaderboard(path: Path, rows: list[LeaderboardRow]) -> None:
 
 
 def read_leaderboard(path: Path) -> list[LeaderboardRow]:
-    """Read a leaderboard CSV written by this schema version; anything else is a one-line error."""
+    """Read a leaderboard CSV of a readable schema version; anything else is a one-line error."""
     if not path.is_file():
         raise UserError(f"leaderboard {path} not found: run `make eval` first or pass an existing CSV")
     with path.open(encoding="utf-8", newline="") as handle:
         records = list(csv.DictReader(handle))
     if not records:
         raise UserError(f"leaderboard {path} has no rows: run `make eval` to fill it")
-    missing = [name for name in COLUMNS if name not in records[0] and name not in TASK_COLUMNS]
-    if "schema_version" in records[0] and records[0]["schema_version"] != str(LEADERBOARD_SCHEMA_VERSION):
+    version = records[0].get("schema_version")
+    if version is not None and version not in {str(v) for v in READABLE_SCHEMA_VERSIONS}:
         raise UserError(
-            f"leaderboard {path} has schema version {records[0]['schema_version']}, this suite reads "
-            f"version {LEADERBOARD_SCHEMA_VERSION}: re-run `make eval` with this suite to rewrite it"
+            f"leaderboard {path} has schema version {version}, this suite reads versions "
+            f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))}: re-run `make eval` with this suite to "
+            "rewrite it"
         )
+    older = version != str(LEADERBOARD_SCHEMA_VERSION)  # its missing columns were added since: empty
+    missing = [
+        name for name in COLUMNS
+        if name not in records[0] and name not in TASK_COLUMNS
+        and not (older and type(None) in get_args(column_type(name)))
+    ]  # fmt: skip
     if missing:
         raise UserError(f"leaderboard {path} lacks columns {', '.join(missing)}: is it a kqe leaderboard?")
     return [

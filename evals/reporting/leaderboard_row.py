@@ -16,8 +16,11 @@ from pydantic import Field, TypeAdapter, model_validator
 from evals.tasks.registry import CATEGORY_LABELS, COLUMN_SPECS, TaskSpec
 from kqe.core.records import Record
 
-LEADERBOARD_SCHEMA_VERSION = 3
-"""Version of the leaderboard's columns (`schema_version`); bumped when a column is added or changes."""
+LEADERBOARD_SCHEMA_VERSION = 4
+"""Version of the leaderboard's columns (`schema_version`); bumped when a column is added or changes.
+4: the target and scoring-placement columns."""
+READABLE_SCHEMA_VERSIONS = (3, 4)
+"""Versions this suite reads: an older board's missing columns (all optional) read as empty."""
 
 Cell = float | int | str | None
 
@@ -237,14 +240,35 @@ class LeaderboardRow(Record):
     """Checkpoint bytes of the quantized linear layers, GiB."""
     unquantized_gib: float | None = None
     """Checkpoint bytes kept in 16 bits (embeddings, LM head, norms), GiB."""
+    target: str | None = None
+    """The deployment the memory columns describe (`rtx4090 ×1 under rtx4090-16k:<key>`); empty without
+    a target, when they are what vLLM logged where the items were scored."""
+    memory_source: str | None = None
+    """`vllm-log` (measured by vLLM on the target or, without one, where it was scored) or `planner`
+    (planned for the target: this machine is not it)."""
+    fits_target: bool | None = None
+    """Whether the checkpoint fits the target (weights + overhead + one max-model-len request)."""
+    target_pattern: str | None = None
+    """The OOM pattern the target meets (A weights, B KV under load, C one request); empty when none."""
+    target_shortfall_gib: float | None = None
+    """GiB per GPU the target lacks, when it does not fit."""
+    score_device: str | None = None
+    """Where the items were scored: `cpu` or `gpu` (with `serve_profile`)."""
+    score_tensor_parallel_size: int | None = None
+    """GPUs the checkpoint was split over for scoring."""
+    score_cpu_offload_gib: float | None = None
+    """GiB of weights offloaded to CPU memory for scoring (`--cpu-offload-gb`), 0 when none."""
+    score_placement: str | None = None
+    """Why it was scored there: `fits the target`, `no GPU on this machine`, `tensor parallel over 2
+    GPUs`, `offload 11 GiB of weights to CPU`, `--score-profile …`."""
     weights_gib: float | None
-    """Weights memory vLLM reported."""
+    """Weights memory vLLM reported, or the planner's on the target (see memory_source)."""
     weights_saving_gib: float | None
     """Weights memory saved against the base checkpoint, GiB."""
     weights_saving_x: float | None
     """Base weights memory divided by this checkpoint's (2.0 = half the memory)."""
     kv_cache_gib: float | None
-    """KV cache memory vLLM reserved."""
+    """KV cache memory vLLM reserved (or the planner's on the target)."""
     kv_cache_tokens: int | None
     """Tokens the KV cache holds."""
     max_concurrency: float | None
@@ -262,7 +286,7 @@ class LeaderboardRow(Record):
     items_per_s: float | None
     """Median scoring speed over the tasks."""
     serve_profile: str
-    """Serve profile name and hash."""
+    """Serve profile the items were scored under: name and hash."""
     checkpoint_key: str
     """Hash of the checkpoint's build inputs."""
     versions: str

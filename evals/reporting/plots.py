@@ -90,11 +90,14 @@ def pareto_figure(rows: Sequence[LeaderboardRow], run: RunSummary | None) -> Fig
     fig = figure(11, 4.8)
     tasks = scored_tasks(rows)
     engine = f" on {'/'.join(sorted({m.device for m in run.memory.values()}))}" if run and run.memory else ""
+    source = f"as vLLM logged{engine}"
+    if target := next((r.target for r in rows if r.memory_source == "planner" and r.target), None):
+        source = f"planned for {target}"
     context = f"{run.profile.max_model_len:,}-token" if run else "max-model-len"
     axes = fig.subplots(1, 2, sharey=True)
     for ax, column, xlabel in (
-        (axes[0], "weights_gib", f"weights (GiB, as vLLM logged{engine})"),
-        (axes[1], "max_concurrency", f"max concurrency ({context} requests, as vLLM logged{engine})"),
+        (axes[0], "weights_gib", f"weights (GiB, {source})"),
+        (axes[1], "max_concurrency", f"max concurrency ({context} requests, {source})"),
     ):
         placed = [(getattr(r, column), r) for r in rows if getattr(r, column) is not None]
         values = {x for x, _ in placed}

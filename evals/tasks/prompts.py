@@ -78,13 +78,18 @@ def _allocate(sizes: dict[str, int], limit: int, rng: random.Random) -> dict[str
     return counts
 
 
+def check_limit(limit: int | None) -> None:
+    """A UserError for a limit below 1."""
+    if limit is not None and limit < 1:
+        raise UserError(f"limit {limit} must be at least 1 (or unset for every item)")
+
+
 def stratified_sample(rows: list[dict[str, Any]], limit: int | None, seed: int) -> list[dict[str, Any]]:
     """`limit` rows spread over subjects in proportion to their size; the same for the same seed.
 
     Returned in source order. `limit` None or at least the row count keeps every row.
     """
-    if limit is not None and limit < 1:
-        raise UserError(f"limit {limit} must be at least 1 (or unset for every item)")
+    check_limit(limit)
     if limit is None or limit >= len(rows):
         return list(rows)
     positions: dict[str, list[int]] = defaultdict(list)

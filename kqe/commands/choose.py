@@ -18,18 +18,14 @@ def load_target(
 ) -> Target:
     """The target from the options: the model through the registry, the GPU table, the serve profile
     (given, else the one named for the GPU, else the run's), and whether the run measured it there."""
-    from evals.planning.vllm_memory import load_gpus
+    from evals.planning.vllm_memory import gpu_named, load_gpus
     from evals.reporting.report import read_run_summary
     from evals.serving.serve import load_profile, profile_names
     from kqe.core.registry import resolve_model
     from kqe.core.workspace import Workspace
 
     gpus = load_gpus()
-    if gpu_name.lower() not in gpus:
-        raise UserError(
-            f"unknown --gpu {gpu_name!r}: use one of {', '.join(gpus)} (evals/planning/gpus.toml)"
-        )
-    gpu = gpus[gpu_name.lower()]
+    gpu = gpu_named(gpu_name)
     if count is not None and count < 1:
         raise UserError(f"--count {count}: give the number of GPUs (1 or more)")
     run = read_run_summary(board)

@@ -56,7 +56,32 @@ from kqe.core.workspace import Workspace
     show_default=True,
     help="Items per task at most, subject-stratified; 0 scores every item.",
 )
-@click.option("--profile", default="cpu-small", show_default=True, help="Serve profile for every checkpoint.")
+@click.option(
+    "--profile",
+    default=None,
+    help="Serve profile: every checkpoint is scored under it, or, with --target-gpu, deployed with it. "
+    "Default: cpu-small; with --target-gpu the profile named for that GPU (rtx4090 → rtx4090-16k).",
+)
+@click.option(
+    "--target-gpu",
+    default="",
+    help="GPU the checkpoints will be deployed on (kqe plan --help lists them; aliases such as 4090, "
+    "h100, a100): memory is planned or measured for it, items are scored wherever each checkpoint fits.",
+)
+@click.option(
+    "--gpu-gib",
+    default=None,
+    type=click.FloatRange(min=0, min_open=True),
+    help="The target as GiB per GPU instead of a named GPU.",
+)
+@click.option(
+    "--score-profile",
+    default="",
+    help="Profile items are scored under when the target is not this machine: every checkpoint on a "
+    "machine without a GPU (default cpu-small), the last fallback with GPUs.",
+)
+@click.option("--dry-run", is_flag=True, help="Print the plan (fit, memory, placement, time); build nothing.")
+@click.option("--json", "as_json", is_flag=True, help="With --dry-run: the plan as one JSON object.")
 @click.option("--seed", default=1234, show_default=True, help="Seed of calibration and item sampling.")
 @click.option(
     "--concurrency",
@@ -115,15 +140,22 @@ def eval_command(**options: Any) -> None:
     from kqe.pipeline.run import run_eval
 
     def action() -> None:
+        dry_run, as_json = options.pop("dry_run"), options.pop("as_json")
+        if as_json and not dry_run:
+            raise UserError("--json prints the plan of --dry-run: give both, or neither")
         options.update(
             schemes=split_list(options["schemes"]), tasks=split_list(options["tasks"]),
             calibrations=split_mixes(options["calibrations"]), limit=options["limit"] or None,
             extra=split_list(options["extra"]), recipes=options["recipes"] or None,
-            run=options["run"] or None,
+            run=options["run"] or None, target_gpu=options["target_gpu"] or None,
+            score_profile=options["score_profile"] or None, profile=_profile(options),
         )  # fmt: skip
         if options["load"] is None:
             options["load"] = detect_gpu()
         cfg = EvalConfig(**options)
+        if dry_run:
+            _print_plan(cfg, as_json)
+            return
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console) as progress:
             board = run_eval(cfg, Workspace.from_env(), ProgressDisplay(progress))
@@ -138,3 +170,38 @@ def eval_command(**options: Any) -> None:
             )
 
     run_guarded(action)
+
+
+def _profile(options: dict[str, Any]) -> str:
+    """The profile given; else, for a target GPU, the one named for it; else cpu-small."""
+    from evals.planning.decide import profile_for_gpu
+    from evals.planning.vllm_memory import gpu_named
+    from evals.serving.serve import profile_names
+    from kqe.pipeline.config import DEFAULT_CPU_PROFILE
+
+    if options["profile"]:
+        return str(options["profile"])
+    if options["target_gpu"]:
+        named = profile_for_gpu(gpu_named(options["target_gpu"]), profile_names())
+        if named is None:
+            raise UserError(
+                f"no serve profile is named for --target-gpu {options['target_gpu']}: give --profile "
+                f"(one of {', '.join(profile_names())})"
+            )
+        return named
+    return DEFAULT_CPU_PROFILE
+
+
+def _print_plan(cfg: Any, as_json: bool) -> None:
+    import json
+
+    from kqe.pipeline.config import plan_run
+    from kqe.pipeline.dry_run import describe, lines
+
+    ws = Workspace.from_env()
+    described = describe(cfg, plan_run(cfg, ws), ws)
+    if as_json:
+        click.echo(json.dumps(described, ensure_ascii=False, indent=2))
+    else:
+        for line in lines(described):
+            console.print(line, highlight=False, markup=False)

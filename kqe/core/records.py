@@ -217,11 +217,16 @@ class ServeProfile(Record):
     """KV cache size on CPU builds (`VLLM_CPU_KVCACHE_SPACE`, GiB)."""
     max_logprobs: int = 20
     """`--max-logprobs`: most log-probs a request may ask for."""
+    cpu_offload_gib: float = 0.0
+    """`--cpu-offload-gb` on GPU builds: weights kept in CPU memory per GPU, streamed in each forward
+    (a scoring fallback for a checkpoint too big for the GPU; slow, numerics unchanged)."""
 
     @property
     def key(self) -> str:
-        """Hash of the serving settings alone: a new record format does not re-serve old results."""
-        return content_hash(self.model_dump(mode="json", exclude={"version"}))
+        """Hash of the serving settings alone: a new record format does not re-serve old results, and
+        a profile without offload keys as it did before the offload setting existed."""
+        unset = {"cpu_offload_gib"} if self.cpu_offload_gib == 0 else set()
+        return content_hash(self.model_dump(mode="json", exclude={"version"} | unset))
 
 
 class MemoryReport(Record):

