@@ -138,7 +138,7 @@ def serve_path(
         log = Path(tmp) / "server.log"
         with VllmServer(model_dir, "bf16", profile, ws, log) as server:
             load_s = time.perf_counter() - started
-            where = (model_dir, server.base_url, server.api_key, "bf16")
+            where = (model_dir, server.endpoint)
             for task, prompts in warm_up.items():
                 score_task(prompts, *where, Path(tmp) / f"warm-{task}.jsonl", "bf16", "bench")
             runs_s, load_avg = [], []

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from kqe.core.children import with_parent_death_signal
 from kqe.core.errors import UserError
 from kqe.core.io import read_record, sha256_file, write_atomic, write_record
 from kqe.core.records import SCHEMA_VERSION, CalibrationSet, Checkpoint, content_hash, package_versions
@@ -332,10 +333,9 @@ def _quantized_checkpoint(build: _Build, progress: Callable[[int, int], None] | 
 def _run_child(module: str, job: OneshotJob, log_path: Path) -> tuple[int, int]:
     """Run the build child to completion; return its wait status and its own peak RSS in bytes."""
     command = [sys.executable, "-m", module, job.model_dump_json()]
-    setpriv = shutil.which("setpriv")
     # the parent-death signal follows the thread that forks: only the main thread lives long enough
-    if setpriv and threading.current_thread() is threading.main_thread():
-        command = [setpriv, "--pdeathsig", "KILL", "--", *command]
+    if threading.current_thread() is threading.main_thread():
+        command = with_parent_death_signal(command, signal.SIGKILL)
     with log_path.open("w", encoding="utf-8") as log_file:
         # Progress bars would fill the log with carriage-return frames; the log is read, not watched.
         env = {**os.environ, "TQDM_DISABLE": "1", "TOKENIZERS_PARALLELISM": "false"}

@@ -9,7 +9,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from evals.serving.processes import detect_gpu
+from evals.serving.hardware import local_device
 from evals.serving.serve import load_profile
 from evals.serving.serve_command import engine_env
 from kqe.core.workspace import Workspace
@@ -50,7 +50,9 @@ def build_every_scheme(tmp: Path, tiny_model_dir: Path, serve_venv: Path) -> dic
 
 def load_in_engine(paths: list[str], ws: Workspace) -> list[dict]:
     """Each checkpoint loaded by vLLM's engine in one process (tests/vllm_load_probe.py)."""
-    env = os.environ | engine_env(load_profile("cpu-ci"), ws, detect_gpu(), "unused")
+    env = os.environ | engine_env(
+        load_profile("cpu-ci"), ws, local_device(ws.serve_venv).engine == "gpu", "unused"
+    )
     probe = [str(REPO / ".venv-serve" / "bin" / "python"), str(REPO / "tests" / "vllm_load_probe.py")]
     result = subprocess.run([*probe, *paths], capture_output=True, text=True, env=env, timeout=600)
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]

@@ -48,7 +48,7 @@ def server(tiny_model_dir: Path, prepared: tuple[Workspace, Path]) -> Iterator[A
 def _generate(
     server: Any, items: list[rag_task.RagItem], tokenizer: Path, path: Path
 ) -> dict[str, ItemResult]:
-    args = (server.base_url, server.api_key, server.served_name, path, "tiny", "test-profile")
+    args = (server.endpoint, path, "tiny", "test-profile")
     run = generate.score_generation(items, tokenizer, *args, concurrency=4)
     results = {result.item_id: result for result in read_jsonl(Path(run.items_path), ItemResult)}
     assert run.n_items == len(results) == len(items)
@@ -67,7 +67,7 @@ def test_generation_and_choices_match_lm_eval_hf_item_by_item(
     rows = rag_task.read_rows(folder)
     items = rag_task.generation_items(rows)
     ours = _generate(server, items, tiny_model_dir, ws.root / "gen.jsonl")
-    args = (server.base_url, server.api_key, server.served_name, ws.root / "mc.jsonl", "tiny", "test-profile")
+    args = (server.endpoint, ws.root / "mc.jsonl", "tiny", "test-profile")
     choice_run = score.score_task(rag_task.choice_items(rows), tiny_model_dir, *args, concurrency=4)
     choices = {r.item_id: r for r in read_jsonl(Path(choice_run.items_path), ItemResult)}
 

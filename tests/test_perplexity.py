@@ -114,9 +114,7 @@ def test_server_perplexity_matches_hf_float32(server: Any, tiny_model_dir: Path)
     from transformers import AutoTokenizer
 
     texts = {"ko": korean_prose(1, 6), "en": english_prose(2, 8)}
-    result = measure_perplexity(
-        server.base_url, server.api_key, server.served_name, tiny_model_dir, texts, window_tokens=WINDOW
-    )
+    result = measure_perplexity(server.endpoint, tiny_model_dir, texts, window_tokens=WINDOW)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     for lang, text in texts.items():
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -126,7 +124,7 @@ def test_server_perplexity_matches_hf_float32(server: Any, tiny_model_dir: Path)
         assert result.perplexity[lang] == pytest.approx(math.exp(nll / count), rel=TOLERANCE)
     assert result.window_tokens == WINDOW and result.checkpoint == "tiny"
     capped = measure_perplexity(
-        server.base_url, server.api_key, server.served_name, tiny_model_dir, {"en": texts["en"]},
+        server.endpoint, tiny_model_dir, {"en": texts["en"]},
         window_tokens=WINDOW, max_tokens=WINDOW - 1,
     )  # fmt: skip
     assert capped.tokens == {"en": WINDOW - 1}

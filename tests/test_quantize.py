@@ -17,7 +17,6 @@ import pytest
 
 from evals.reporting.leaderboard import read_leaderboard
 from evals.serving import hardware
-from evals.serving.processes import detect_gpu
 from kqe.core.errors import UserError
 from kqe.core.io import read_record, sha256_file, write_record
 from kqe.core.records import CalibrationSet, Checkpoint
@@ -176,7 +175,7 @@ def test_vllm_loads_every_servable_scheme_and_refuses_what_we_said(
 ) -> None:
     """Each built checkpoint in the real engine, on this CPU and on an emulated AVX2 one: our up-front
     verdict must match what vLLM does, and what it serves dequantized must load so."""
-    if cpu_isa and detect_gpu():
+    if cpu_isa and hardware.local_device(REPO / ".venv-serve").engine == "gpu":
         pytest.skip("CPU kinds are emulated for the CPU engine only")
     monkeypatch.delenv("KQE_CPU_ISA", raising=False)
     if cpu_isa:

@@ -24,6 +24,7 @@ from evals.scoring.score import (
     item_result,
     score_task,
 )
+from evals.serving.endpoint import Endpoint
 from evals.tasks.prompts import TASKS_DIR, PromptItem, load_prompts, prepare_tasks
 from evals.tasks.registry import LM_EVAL_TASKS
 from kqe.core.errors import UserError
@@ -182,9 +183,7 @@ def _score(server: Any, items: list[PromptItem], tokenizer_dir: Path, path: Path
     return score_task(
         items,
         tokenizer_dir,
-        server.base_url,
-        server.api_key,
-        server.served_name,
+        server.endpoint,
         path,
         "tiny",
         "test-profile",
@@ -277,7 +276,7 @@ def test_unreachable_server_fails_after_bounded_retries(monkeypatch: pytest.Monk
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     monkeypatch.setattr(score, "BACKOFF_S", 0.01)
-    client = score.CompletionsClient(f"http://127.0.0.1:{port}", "key", "tiny", concurrency=2)
+    client = score.CompletionsClient(Endpoint(f"http://127.0.0.1:{port}", "key", "tiny"), concurrency=2)
     with pytest.raises(RuntimeError, match=f"failed {score.RETRIES} times.*ConnectError"):
         client.max_model_len()
     client.close()

@@ -33,6 +33,7 @@ from typing import Any
 import httpx
 
 from evals.capacity.load_prompts import RagPrompts
+from evals.serving.endpoint import Endpoint
 from evals.serving.vllm_metrics import engine_counters
 from kqe.core.errors import UserError
 from kqe.core.records import SCHEMA_VERSION, Record, ServeProfile
@@ -276,34 +277,24 @@ async def run_level(
 # --- the run -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Target:
-    """A running OpenAI-compatible vLLM server on this machine."""
-
-    base_url: str
-    api_key: str | None
-    served_name: str | None
-    """Model name to request; None: the one model the server lists."""
-
-
-async def _served_model(client: httpx.AsyncClient, target: Target) -> tuple[str, int]:
+async def _served_model(client: httpx.AsyncClient, endpoint: Endpoint) -> tuple[str, int]:
     """The served name and its max-model-len; UserError when the server is not there or not usable."""
     try:
         response = await client.get("/v1/models")
     except httpx.HTTPError as error:
         raise UserError(
-            f"cannot reach {target.base_url} ({type(error).__name__}): start the server or fix --url"
+            f"cannot reach {endpoint.base_url} ({type(error).__name__}): start the server or fix --url"
         ) from None
     if response.status_code == 401:
-        raise UserError(f"{target.base_url} refused the API key: pass the server's key with --api-key")
+        raise UserError(f"{endpoint.base_url} refused the API key: pass the server's key with --api-key")
     if response.status_code != 200:
         raise UserError(
-            f"{target.base_url}/v1/models answered HTTP {response.status_code}: is it a vLLM server?"
+            f"{endpoint.base_url}/v1/models answered HTTP {response.status_code}: is it a vLLM server?"
         )
     models = {model["id"]: int(model.get("max_model_len") or 0) for model in response.json().get("data", [])}
-    name = target.served_name or (next(iter(models)) if len(models) == 1 else None)
+    name = endpoint.served_name or (next(iter(models)) if len(models) == 1 else None)
     if name is None or name not in models:
-        raise UserError(f"{target.base_url} serves {sorted(models)}: pass one of them with --served-name")
+        raise UserError(f"{endpoint.base_url} serves {sorted(models)}: pass one of them with --served-name")
     return name, models[name]
 
 
@@ -334,15 +325,18 @@ async def _served_level(
 
 
 async def _run_levels(
-    target: Target, prompts: RagPrompts, settings: LoadSettings, progress: Callable[[int, int], None] | None
+    endpoint: Endpoint,
+    prompts: RagPrompts,
+    settings: LoadSettings,
+    progress: Callable[[int, int], None] | None,
 ) -> tuple[str, list[LoadLevel]]:
-    headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
+    headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
     timeout = httpx.Timeout(settings.duration_s + settings.drain_timeout_s + 30, connect=10)
     limits = httpx.Limits(max_connections=max(settings.concurrency) + 2)
     async with httpx.AsyncClient(
-        base_url=target.base_url, headers=headers, timeout=timeout, limits=limits, trust_env=False
+        base_url=endpoint.base_url, headers=headers, timeout=timeout, limits=limits, trust_env=False
     ) as client:
-        name, max_model_len = await _served_model(client, target)
+        name, max_model_len = await _served_model(client, endpoint)
         if max_model_len and settings.prompt_tokens + settings.max_tokens > max_model_len:
             raise UserError(
                 f"--prompt-tokens {settings.prompt_tokens} + --max-tokens {settings.max_tokens} exceed the "
@@ -363,7 +357,7 @@ async def _run_levels(
 
         warmup = await stream_completion(client, next_body())  # first-request costs stay out of level 1
         if not warmup.ok:
-            raise UserError(f"{target.base_url}: the warm-up request failed: {warmup.error}")
+            raise UserError(f"{endpoint.base_url}: the warm-up request failed: {warmup.error}")
         levels = []
         for concurrency in settings.concurrency:
             levels.append(await _served_level(client, next_body, name, concurrency, settings))
@@ -373,14 +367,14 @@ async def _run_levels(
 
 
 def run_load(
-    target: Target,
+    endpoint: Endpoint,
     prompts: RagPrompts,
     settings: LoadSettings,
     profile: ServeProfile | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> LoadReport:
     """Load the server at each concurrency level of `settings` in turn (after one warm-up request)."""
-    name, levels = asyncio.run(_run_levels(target, prompts, settings, progress))
+    name, levels = asyncio.run(_run_levels(endpoint, prompts, settings, progress))
     return LoadReport(
         checkpoint=name,
         profile=f"{profile.name}@{profile.key}" if profile else None,

@@ -20,6 +20,7 @@ from typing import Any
 
 from evals.scoring.score import ChoiceTokenizer, CompletionsClient, prompt_sha
 from evals.scoring.scoring_pass import results_as_done, score_missing
+from evals.serving.endpoint import Endpoint
 from evals.tasks.ko_rag.context import ABSTAIN, MAX_NEW_TOKENS
 from evals.tasks.ko_rag.metrics import score_answer
 from evals.tasks.ko_rag.task import TASK, RagItem
@@ -83,9 +84,7 @@ class GenerationClient(CompletionsClient):
 def score_generation(
     items: list[RagItem],
     tokenizer_dir: Path,
-    base_url: str,
-    api_key: str,
-    served_name: str,
+    endpoint: Endpoint,
     items_path: Path,
     checkpoint: str,
     profile_key: str,
@@ -103,7 +102,7 @@ def score_generation(
         left = set(todo)
         tokenizer = ChoiceTokenizer(tokenizer_dir)
         encoded = [(item, tokenizer.tok_encode(item.prompt)) for item in items if item.item_id in left]
-        return _generate(encoded, GenerationClient(base_url, api_key, served_name, concurrency), concurrency)
+        return _generate(encoded, GenerationClient(endpoint, concurrency), concurrency)
 
     ids = [item.item_id for item in items]
     return score_missing(ids, stale, start, items_path, checkpoint, TASK, profile_key, progress)

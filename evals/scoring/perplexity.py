@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from evals.scoring.score import CompletionsClient
+from evals.serving.endpoint import Endpoint
 from kqe.core.io import sha256_of
 from kqe.core.results import Perplexity
 
@@ -89,9 +90,7 @@ class PromptLogprobsClient(CompletionsClient):
 
 
 def measure_perplexity(
-    base_url: str,
-    api_key: str,
-    served_name: str,
+    endpoint: Endpoint,
     tokenizer_dir: Path,
     texts: Mapping[str, str],
     *,
@@ -109,7 +108,7 @@ def measure_perplexity(
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     prefix = _bos_prefix(tokenizer)
-    client = PromptLogprobsClient(base_url, api_key, served_name, concurrency)
+    client = PromptLogprobsClient(endpoint, concurrency)
     try:
         window_tokens = min(window_tokens, client.max_model_len() - 1)
         windows = {
@@ -134,7 +133,7 @@ def measure_perplexity(
     finally:
         client.close()
     result = Perplexity(
-        checkpoint=served_name,
+        checkpoint=endpoint.model(),
         window_tokens=window_tokens,
         tokens=tokens,
         nll={lang: round(value, 6) for lang, value in nll.items()},
@@ -142,7 +141,7 @@ def measure_perplexity(
         text_sha256={lang: sha256_of(text) for lang, text in texts.items()},
         wall_s=round(wall_s, 2),
     )
-    log.info("%s perplexity %s over %s tokens (%.1fs)", served_name, result.perplexity, tokens, wall_s)
+    log.info("%s perplexity %s over %s tokens (%.1fs)", endpoint.model(), result.perplexity, tokens, wall_s)
     return result
 
 

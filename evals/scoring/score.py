@@ -39,6 +39,7 @@ from typing import Any
 import httpx
 
 from evals.scoring.scoring_pass import results_as_done, score_missing
+from evals.serving.endpoint import Endpoint
 from evals.tasks.prompts import PromptItem
 from kqe.core.errors import UserError
 from kqe.core.results import ItemResult, ScoreRun
@@ -192,11 +193,11 @@ def item_result(item: PromptItem, logprobs: list[float]) -> ItemResult:
 class CompletionsClient:
     """Thread-safe client of one vLLM OpenAI-compatible server, retrying transient failures."""
 
-    def __init__(self, base_url: str, api_key: str, served_name: str, concurrency: int) -> None:
-        self.served_name = served_name
+    def __init__(self, endpoint: Endpoint, concurrency: int) -> None:
+        self.served_name = endpoint.model()
         self._http = httpx.Client(
-            base_url=base_url.rstrip("/"),
-            headers={"Authorization": f"Bearer {api_key}"},
+            base_url=endpoint.base_url.rstrip("/"),
+            headers={"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {},
             timeout=TIMEOUT_S,
             limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
         )
@@ -255,9 +256,7 @@ def _check_lengths(encoded: list[EncodedItem], max_model_len: int) -> None:
 def score_task(
     prompts: list[PromptItem],
     tokenizer_dir: Path,
-    base_url: str,
-    api_key: str,
-    served_name: str,
+    endpoint: Endpoint,
     items_path: Path,
     checkpoint: str,
     profile_key: str,
@@ -284,7 +283,7 @@ def score_task(
         left = set(todo)
         tokenizer = choice_tokenizer(tokenizer_dir.resolve())
         encoded = [tokenizer.encode(item) for item in prompts if item.item_id in left]
-        client = CompletionsClient(base_url, api_key, served_name, concurrency)
+        client = CompletionsClient(endpoint, concurrency)
         return _score_encoded(batches(encoded, batch_items), client, concurrency)
 
     ids = [item.item_id for item in prompts]

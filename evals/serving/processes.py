@@ -9,10 +9,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import signal
 import socket
-import subprocess
 import time
 from pathlib import Path
 
@@ -22,24 +20,6 @@ log = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
 STOP_GRACE_S = 20.0
-
-
-def detect_gpu() -> bool:
-    """Whether `nvidia-smi -L` lists a GPU."""
-    if shutil.which("nvidia-smi") is None:
-        return False
-    try:
-        result = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return result.returncode == 0 and "GPU" in result.stdout
-
-
-def with_parent_death_signal(command: list[str], sig: signal.Signals) -> list[str]:
-    """`command` run under `setpriv --pdeathsig`, so it gets `sig` when the thread that started it
-    ends, even by SIGKILL; unchanged where setpriv (util-linux) is missing."""
-    setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", sig.name.removeprefix("SIG"), "--", *command] if setpriv else command
 
 
 def group_members(pgid: int) -> list[int]:

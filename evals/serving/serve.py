@@ -34,20 +34,21 @@ from types import FrameType
 
 from pydantic import ValidationError
 
+from evals.serving import hardware
+from evals.serving.endpoint import Endpoint
 from evals.serving.memory import Device, parse_memory
 from evals.serving.processes import (
     HOST,
     STOP_GRACE_S,
-    detect_gpu,
     forced_port,
     free_port,
     kill_group,
     kill_stale_server,
     wait_group_gone,
-    with_parent_death_signal,
 )
 from evals.serving.serve_command import server_environment, vllm_command
 from evals.serving.vllm_log import telling_line
+from kqe.core.children import with_parent_death_signal
 from kqe.core.errors import UserError
 from kqe.core.records import MemoryReport, ServeProfile
 from kqe.core.workspace import Workspace
@@ -222,6 +223,11 @@ class VllmServer:
             log_file.write("\n[kqe] the server ended unexpectedly; starting it again\n")
         self.start(append_log=True)
 
+    @property
+    def endpoint(self) -> Endpoint:
+        """How clients reach this server."""
+        return Endpoint(self.base_url, self.api_key, self.served_name)
+
     def start(self, append_log: bool = False) -> None:
         """Start the server and wait until it answers; ServeError (one line) when it cannot."""
         vllm_bin = check_serve_env(self.ws)
@@ -229,7 +235,7 @@ class VllmServer:
             raise ServeError(f"checkpoint {self.served_name}: {self.model_dir} has no config.json")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         kill_stale_server(self.pidfile)
-        self.on_gpu = detect_gpu()
+        self.on_gpu = hardware.local_device(self.ws.serve_venv).engine == "gpu"
         port_asked = forced_port()
         for attempt in (1, 2):
             self.port = port_asked or free_port()

@@ -134,7 +134,7 @@ from kqe.core.workspace import Workspace
 def eval_command(**options: Any) -> None:
     """Calibrate, quantize, serve each checkpoint under one profile, score, compare with bf16, rank."""
     from evals.reporting.leaderboard import read_leaderboard
-    from evals.serving.processes import detect_gpu
+    from evals.serving import hardware
     from kqe.pipeline.config import EvalConfig
     from kqe.pipeline.matrix import split_mixes
     from kqe.pipeline.run import run_eval
@@ -150,8 +150,8 @@ def eval_command(**options: Any) -> None:
             run=options["run"] or None, target_gpu=options["target_gpu"] or None,
             score_profile=options["score_profile"] or None, profile=_profile(options),
         )  # fmt: skip
-        if options["load"] is None:
-            options["load"] = detect_gpu()
+        if options["load"] is None:  # capacity under load is slow on CPU and means little there
+            options["load"] = hardware.local_device(Workspace.from_env().serve_venv).engine == "gpu"
         cfg = EvalConfig(**options)
         if dry_run:
             _print_plan(cfg, as_json)

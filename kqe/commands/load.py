@@ -14,12 +14,12 @@ import click
 from evals.capacity.load import (
     LoadReport,
     LoadSettings,
-    Target,
     local_base_url,
     parse_concurrency,
     run_load,
 )
 from evals.capacity.load_prompts import rag_prompts
+from evals.serving.endpoint import Endpoint
 from kqe.commands.guard import run_guarded
 
 
@@ -70,13 +70,13 @@ def _load(options: dict[str, Any], settings: LoadSettings) -> LoadReport:
     served_dir: Path = options["checkpoint_dir"] or model_dir(spec, ws)
     prompts = rag_prompts(served_dir, _korean_texts(), settings.seed, settings.shared_prefix)
     if options["url"]:
-        target = Target(local_base_url(options["url"]), options["api_key"], options["served_name"])
-        return run_load(target, prompts, settings)
+        endpoint = Endpoint(local_base_url(options["url"]), options["api_key"], options["served_name"])
+        return run_load(endpoint, prompts, settings)
     profile = load_profile(options["profile"])
     served_name = options["served_name"] or safe_name(served_dir.name)
     log_path = ws.results(spec.name) / "logs" / f"load.{served_name}.{profile.name}.log"
     with VllmServer(served_dir, served_name, profile, ws, log_path) as server:
-        return run_load(Target(server.base_url, server.api_key, served_name), prompts, settings, profile)
+        return run_load(server.endpoint, prompts, settings, profile)
 
 
 @click.command("load")

@@ -273,9 +273,8 @@ def _measure_perplexity(
 ) -> Perplexity:
     progress = partial(matrix.progress, f"perplexity {ckpt.name}")
     return perplexity.measure_perplexity(
-        server.base_url, server.api_key, server.served_name, Path(ckpt.path), holdout,
-        concurrency=matrix.cfg.concurrency, progress=progress,
-    )  # fmt: skip
+        server.endpoint, Path(ckpt.path), holdout, concurrency=matrix.cfg.concurrency, progress=progress
+    )
 
 
 def _perplexity_cells(
@@ -301,9 +300,8 @@ def _measure_load(matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer)
     korean = sorted((matrix.ws.sources() / "ko").rglob("*.txt"))
     texts = {path.name: path.read_text(encoding="utf-8") for path in korean}
     rag = rag_prompts.rag_prompts(Path(ckpt.path), texts, settings.seed, shared_prefix=False)
-    target = load.Target(server.base_url, server.api_key, server.served_name)
     matrix.progress(f"load {ckpt.name}", 0, 1)
-    report = load.run_load(target, rag, settings, profile)
+    report = load.run_load(server.endpoint, rag, settings, profile)
     matrix.progress(f"load {ckpt.name}", 1, 1)
     return report
 
@@ -333,7 +331,7 @@ def _score_task(
     matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer, task: str, out: Path
 ) -> ScoreRun:
     """Letter-choice tasks by their choice log-probs; ko_rag's generated answers by generate.py."""
-    where = (Path(ckpt.path), server.base_url, server.api_key, server.served_name, out, ckpt.name)
+    where = (Path(ckpt.path), server.endpoint, out, ckpt.name)
     concurrency, progress = matrix.cfg.concurrency, partial(matrix.progress, f"score {ckpt.name} {task}")
     key = matrix.score_profile(ckpt.name).key
     if task == rag_task.TASK and matrix.rag is not None:
