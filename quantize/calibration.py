@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kqe.core import defaults
 from kqe.core.errors import UserError
 from kqe.core.io import read_record, sha256_of, write_atomic, write_record
 from kqe.core.records import CalibrationSet, SourceFile, content_hash
@@ -42,7 +43,7 @@ NAMED_MIXES: dict[str, dict[str, float]] = {
 }
 DEFAULT_MIX = "ko70"
 DEFAULT_SAMPLES = 64
-DEFAULT_SEQ_LEN = 384
+DEFAULT_SEQ_LEN = defaults.CALIB_SEQ_LEN
 MAX_SHARE_GAP = 0.05
 """Largest allowed gap between the asked and the measured token share of a language."""
 BUILDER_VERSION = 2

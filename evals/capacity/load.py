@@ -35,6 +35,7 @@ import httpx
 from evals.capacity.load_prompts import RagPrompts
 from evals.serving.endpoint import Endpoint
 from evals.serving.vllm_metrics import engine_counters
+from kqe.core import defaults
 from kqe.core.errors import UserError
 from kqe.core.records import SCHEMA_VERSION, Record, ServeProfile
 
@@ -114,7 +115,7 @@ class LoadSettings:
     drain_timeout_s: float = 60.0
     """How long a level waits for requests in flight after it stops sending."""
     shared_prefix: bool = False
-    seed: int = 1234
+    seed: int = defaults.SEED
 
     def __post_init__(self) -> None:
         if not self.concurrency or min(self.concurrency) < 1:

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from kqe.commands.guard import run_guarded
+from kqe.core import defaults
 from kqe.core.records import CalibrationSet
 
 
@@ -39,12 +40,16 @@ def render(record: CalibrationSet) -> str:
 
 @click.command("calibrate")
 @click.option(
-    "--model", default="gemma3-270m", show_default=True, help="Registry name, hf:org/name or a folder."
+    "--model", default=defaults.MODEL, show_default=True, help="Registry name, hf:org/name or a folder."
 )
 @click.option("--mix", default="ko70", show_default=True, help="ko100, ko70, en100 or e.g. ko=0.7,en=0.3.")
 @click.option("--samples", default=64, show_default=True, help="Number of samples.")
-@click.option("--seq-len", default=384, show_default=True, help="Tokens per sample (model tokens).")
-@click.option("--seed", default=1234, show_default=True, help="Seed of the window choice and shuffle.")
+@click.option(
+    "--seq-len", default=defaults.CALIB_SEQ_LEN, show_default=True, help="Tokens per sample (model tokens)."
+)
+@click.option(
+    "--seed", default=defaults.SEED, show_default=True, help="Seed of the window choice and shuffle."
+)
 @click.option(
     "--out", type=click.Path(path_type=Path), help="Folder for the set (default calibration_data/<model>)."
 )

@@ -8,6 +8,7 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kqe.commands.guard import ProgressDisplay, console, run_guarded, split_list
+from kqe.core import defaults
 from kqe.core.errors import UserError
 from kqe.core.workspace import Workspace
 
@@ -15,44 +16,48 @@ from kqe.core.workspace import Workspace
 @click.command("eval")
 @click.option(
     "--model",
-    default="gemma3-270m",
+    default=defaults.MODEL,
     show_default=True,
     help="Registry name (`kqe models`), hf:org/name[@rev], or a local model directory.",
 )
 @click.option(
     "--schemes",
-    default="bf16,awq-w4a16,w4a16-rtn,fp8-dynamic",
+    default=",".join(defaults.SCHEMES),
     show_default=True,
     help="Comma-separated checkpoints to build and score; bf16 is the base.",
 )
 @click.option(
     "--calibration",
     "calibrations",
-    default="ko70,en100",
+    default=",".join(defaults.CALIBRATIONS),
     show_default=True,
     help="Calibration mixes, comma-separated: ko100, ko70, en100 or e.g. ko=0.6,en=0.4. Schemes that "
     "need calibration are built once per mix; the least Korean mix is the control.",
 )
 @click.option(
-    "--calib-samples", default=64, show_default=True, type=click.IntRange(min=1), help="Calibration samples."
+    "--calib-samples",
+    default=defaults.CALIB_SAMPLES,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Calibration samples.",
 )
 @click.option(
     "--calib-seq-len",
-    default=384,
+    default=defaults.CALIB_SEQ_LEN,
     show_default=True,
     type=click.IntRange(min=1),
     help="Tokens per calibration sample.",
 )
 @click.option(
     "--tasks",
-    default="kmmlu,mmlu",
+    default=",".join(defaults.TASKS),
     show_default=True,
     help="Comma-separated tasks: kmmlu (offline: the KMMLU-HARD dev items), kmmlu_5shot, kmmlu_hard, mmlu, "
     "mmlu_5shot, ko_rag.",
 )
 @click.option(
     "--limit",
-    default=300,
+    default=defaults.LIMIT,
     show_default=True,
     help="Items per task at most, subject-stratified; 0 scores every item.",
 )
@@ -82,10 +87,12 @@ from kqe.core.workspace import Workspace
 )
 @click.option("--dry-run", is_flag=True, help="Print the plan (fit, memory, placement, time); build nothing.")
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: the plan as one JSON object.")
-@click.option("--seed", default=1234, show_default=True, help="Seed of calibration and item sampling.")
+@click.option(
+    "--seed", default=defaults.SEED, show_default=True, help="Seed of calibration and item sampling."
+)
 @click.option(
     "--concurrency",
-    default=8,
+    default=defaults.CONCURRENCY,
     show_default=True,
     type=click.IntRange(min=1),
     help="Scoring requests in flight (each of up to 8 items).",
@@ -98,7 +105,7 @@ from kqe.core.workspace import Workspace
 )
 @click.option(
     "--load-duration-s",
-    default=30.0,
+    default=defaults.LOAD_DURATION_S,
     show_default=True,
     type=click.FloatRange(min=0, min_open=True),
     help="Seconds of load per checkpoint.",
@@ -177,7 +184,6 @@ def _profile(options: dict[str, Any]) -> str:
     from evals.planning.decide import profile_for_gpu
     from evals.planning.vllm_memory import gpu_named
     from evals.serving.serve import profile_names
-    from kqe.pipeline.config import DEFAULT_CPU_PROFILE
 
     if options["profile"]:
         return str(options["profile"])
@@ -189,7 +195,7 @@ def _profile(options: dict[str, Any]) -> str:
                 f"(one of {', '.join(profile_names())})"
             )
         return named
-    return DEFAULT_CPU_PROFILE
+    return defaults.CPU_PROFILE
 
 
 def _print_plan(cfg: Any, as_json: bool) -> None:

@@ -21,6 +21,7 @@ from evals.capacity.load import (
 from evals.capacity.load_prompts import rag_prompts
 from evals.serving.endpoint import Endpoint
 from kqe.commands.guard import run_guarded
+from kqe.core import defaults
 
 
 def _ms(seconds: float | None) -> str:
@@ -81,7 +82,7 @@ def _load(options: dict[str, Any], settings: LoadSettings) -> LoadReport:
 
 @click.command("load")
 @click.option(
-    "--model", default="gemma3-270m", show_default=True, help="Registry name, hf:org/name or a folder."
+    "--model", default=defaults.MODEL, show_default=True, help="Registry name, hf:org/name or a folder."
 )
 @click.option(
     "--checkpoint-dir",
@@ -107,7 +108,7 @@ def _load(options: dict[str, Any], settings: LoadSettings) -> LoadReport:
     "--drain-timeout-s", type=float, default=60.0, show_default=True, help="Wait for requests in flight."
 )
 @click.option("--shared-prefix", is_flag=True, help="Same passages in every prompt (prefix cache helps).")
-@click.option("--seed", type=int, default=1234, show_default=True, help="Seed of the passage order.")
+@click.option("--seed", type=int, default=defaults.SEED, show_default=True, help="Seed of the passage order.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def load_command(**options: Any) -> None:
     """Send concurrent streaming requests with long Korean RAG prompts to a served checkpoint for a

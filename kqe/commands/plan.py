@@ -12,6 +12,7 @@ import click
 from evals.planning.planner import Plan, plan
 from evals.planning.vllm_memory import PlanRequest, gpu_named, load_gpus
 from kqe.commands.guard import run_guarded
+from kqe.core import defaults
 from kqe.core.errors import UserError
 
 
@@ -82,7 +83,7 @@ def render(result: Plan) -> str:
 
 @click.command("plan")
 @click.option(
-    "--model", default="gemma3-270m", show_default=True, help="Registry name, hf:org/name or a folder."
+    "--model", default=defaults.MODEL, show_default=True, help="Registry name, hf:org/name or a folder."
 )
 @click.option("--scheme", default="bf16", show_default=True, help="bf16, awq-w4a16 or fp8-dynamic.")
 @click.option("--gpu", "gpu_name", help="A named GPU: rtx4090, rtx3090, a6000, l40s, a100-40g, a100-80g, …")

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from kqe.commands.guard import run_guarded
+from kqe.core import defaults
 from kqe.core.errors import UserError
 from kqe.core.records import Checkpoint
 from kqe.core.workspace import Workspace
@@ -43,7 +44,7 @@ def render(ckpt: Checkpoint, serving: str) -> str:
 
 @click.command("quantize")
 @click.option(
-    "--model", default="gemma3-270m", show_default=True, help="Registry name, hf:org/name or a folder."
+    "--model", default=defaults.MODEL, show_default=True, help="Registry name, hf:org/name or a folder."
 )
 @click.option("--scheme", help="Scheme to build (see the README), or a table of --recipes.")
 @click.option("--recipes", type=click.Path(path_type=Path), help="TOML file of named recipes.")
@@ -54,8 +55,13 @@ def render(ckpt: Checkpoint, serving: str) -> str:
     "--calibration", default="ko70", show_default=True, help="Calibration mix for schemes that need one."
 )
 @click.option("--calib-samples", default=64, show_default=True, help="Calibration samples.")
-@click.option("--calib-seq-len", default=384, show_default=True, help="Tokens per calibration sample.")
-@click.option("--seed", default=1234, show_default=True, help="Seed of the calibration windows.")
+@click.option(
+    "--calib-seq-len",
+    default=defaults.CALIB_SEQ_LEN,
+    show_default=True,
+    help="Tokens per calibration sample.",
+)
+@click.option("--seed", default=defaults.SEED, show_default=True, help="Seed of the calibration windows.")
 @click.option(
     "--tasks",
     default="kmmlu,mmlu",  # kqe eval's default: the same calibration set, the same checkpoint

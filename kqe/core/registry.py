@@ -17,13 +17,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from kqe.core import defaults
 from kqe.core.errors import UserError
 from kqe.core.records import ModelSpec
 from kqe.core.workspace import Workspace, safe_name
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "gemma3-270m"
+DEFAULT_MODEL = defaults.MODEL
 HF_PREFIX = "hf:"
 LOCAL_REVISION = "local"
 """Revision recorded for a model given as a local directory (there is no hub commit to pin)."""

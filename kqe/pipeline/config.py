@@ -17,6 +17,7 @@ from evals.serving import hardware, serve
 from evals.tasks import prompts
 from evals.tasks.ko_rag import task as rag_task
 from evals.tasks.registry import TASK_SPECS
+from kqe.core import defaults
 from kqe.core.errors import UserError
 from kqe.core.modelstore import model_dir
 from kqe.core.records import CalibrationSet, ModelSpec, Record, ServeProfile
@@ -28,29 +29,27 @@ from quantize.recipes import resolve_recipes
 
 Progress = Callable[[str, int, int], None]
 """Called with (what, done, total) as long work advances."""
-DEFAULT_CPU_PROFILE = "cpu-small"
-"""Where a machine without a GPU scores items when the run targets a GPU."""
 
 
 class EvalConfig(Record):
     """Everything that decides what `make eval` computes; its fields make up the reproduce command."""
 
-    model: str = "gemma3-270m"
+    model: str = defaults.MODEL
     """Registry name, `hf:org/name[@rev]`, or a local model directory."""
-    schemes: tuple[str, ...] = ("bf16", "awq-w4a16", "w4a16-rtn", "fp8-dynamic")
+    schemes: tuple[str, ...] = defaults.SCHEMES
     """Checkpoints to build and score; `bf16` (the base) is always included."""
-    calibrations: tuple[str, ...] = ("ko70", "en100")
+    calibrations: tuple[str, ...] = defaults.CALIBRATIONS
     """Calibration mixes (`ko100`, `ko70`, `en100`, or `ko=0.6,en=0.4`): a scheme that needs one is
     built once per mix; the mix with the least Korean is the control the others are paired with."""
-    calib_samples: int = 64
+    calib_samples: int = defaults.CALIB_SAMPLES
     """Calibration samples."""
-    calib_seq_len: int = 384
+    calib_seq_len: int = defaults.CALIB_SEQ_LEN
     """Tokens per calibration sample."""
-    tasks: tuple[str, ...] = ("kmmlu", "mmlu")
+    tasks: tuple[str, ...] = defaults.TASKS
     """Tasks to score."""
-    limit: int | None = 300
+    limit: int | None = defaults.LIMIT
     """Items per task at most (subject-stratified); None scores every item."""
-    profile: str = DEFAULT_CPU_PROFILE
+    profile: str = defaults.CPU_PROFILE
     """Serve profile: the one every checkpoint is scored under, or, with a target GPU, the one it
     will be deployed with (its memory columns are planned or measured under it)."""
     target_gpu: str | None = None
@@ -61,13 +60,13 @@ class EvalConfig(Record):
     score_profile: str | None = None
     """Profile items are scored under when the target is not this machine: every checkpoint on a
     machine without a GPU (default `cpu-small`), the last fallback on one with GPUs."""
-    seed: int = 1234
+    seed: int = defaults.SEED
     """Seed of calibration sampling and item sampling."""
-    concurrency: int = 8
+    concurrency: int = defaults.CONCURRENCY
     """Scoring requests in flight."""
     load: bool = False
     """Also measure serving capacity (`kqe load` at the profile's max-num-seqs) of every checkpoint."""
-    load_duration_s: float = 30.0
+    load_duration_s: float = defaults.LOAD_DURATION_S
     """Seconds of load per checkpoint when `load` is on."""
     rag_data: str | None = None
     """Folder with docs.jsonl + questions.jsonl that ko_rag scores instead of its built-in set."""
@@ -190,7 +189,7 @@ def _placement(
         gpu = gpu_named(cfg.target_gpu) if cfg.target_gpu else None
         check_profile(spec, profile, "gpu", "--profile")
         target = target_from(gpu, cfg.gpu_gib, profile)
-    named = cfg.score_profile or (DEFAULT_CPU_PROFILE if target and local.engine == "cpu" else None)
+    named = cfg.score_profile or (defaults.CPU_PROFILE if target and local.engine == "cpu" else None)
     score_profile = serve.load_profile(named) if named else None
     return place(spec, formats, target, local, profile, score_profile)
 

@@ -1,0 +1,20 @@
+"""The defaults of a run, declared once: the CLI, `EvalConfig`, calibration and load read them here."""
+
+from __future__ import annotations
+
+MODEL = "gemma3-270m"
+"""The embedded default model: installed offline by `make setup`."""
+SCHEMES = ("bf16", "awq-w4a16", "w4a16-rtn", "fp8-dynamic")
+CALIBRATIONS = ("ko70", "en100")
+CALIB_SAMPLES = 64
+CALIB_SEQ_LEN = 384
+"""Tokens per calibration sample."""
+TASKS = ("kmmlu", "mmlu")
+LIMIT = 300
+"""Items per task at most."""
+CPU_PROFILE = "cpu-small"
+"""The serve profile on CPU, and where a machine without a GPU scores items for a GPU target."""
+SEED = 1234
+CONCURRENCY = 8
+"""Scoring requests in flight."""
+LOAD_DURATION_S = 30.0
