@@ -154,6 +154,8 @@ def _place_on_target(
     score_profile: ServeProfile | None,
 ) -> Placement:
     planned = _plan(model, scheme, target.profile, target.gpu_gib, target.compute_capability, target.count)
+    if planned is not None:  # named as the target, so rows and the dry run say which GPU
+        planned = planned.model_copy(update={"gpu": target.gpu})
     shortfall = None if planned is None or planned.fits else shortfall_gib(planned)
     score, reason = _score_placement(model, scheme, target, local, score_profile, planned)
     measured = (

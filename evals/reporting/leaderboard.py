@@ -253,7 +253,8 @@ def write_leaderboard(path: Path, rows: list[LeaderboardRow]) -> None:
 
 
 def read_leaderboard(path: Path) -> list[LeaderboardRow]:
-    """Read a leaderboard CSV of a readable schema version; anything else is a one-line error."""
+    """Read a leaderboard CSV of a readable schema version, its rows upgraded to this one (columns added
+    since read as empty); anything else is a one-line error."""
     if not path.is_file():
         raise UserError(f"leaderboard {path} not found: run `make eval` first or pass an existing CSV")
     with path.open(encoding="utf-8", newline="") as handle:
@@ -277,7 +278,11 @@ def read_leaderboard(path: Path) -> list[LeaderboardRow]:
         raise UserError(f"leaderboard {path} lacks columns {', '.join(missing)}: is it a kqe leaderboard?")
     return [
         LeaderboardRow.model_validate(
-            {name: _parse_cell(name, record[name]) for name in COLUMNS if name in record}
+            {
+                name: _parse_cell(name, record[name])
+                for name in COLUMNS
+                if name in record and name != "schema_version"
+            }
         )
         for record in records
     ]
