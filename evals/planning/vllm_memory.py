@@ -17,17 +17,16 @@ import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from kqe.core.errors import UserError
-from kqe.core.records import ModelSpec, ServeProfile
+from kqe.core.records import Engine, ModelSpec, ServeProfile
 
 GiB = 1024**3
 GPUS_PATH = Path(__file__).with_name("gpus.toml")
 
-Engine = Literal["gpu", "cpu"]
 
 # vLLM 0.32 defaults for `vllm serve` (engine/arg_utils.py get_batch_defaults, config/cache.py).
 DEFAULT_UTILIZATION = 0.92

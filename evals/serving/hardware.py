@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import Literal
 
 from kqe.core.errors import UserError
+from kqe.core.records import Engine
 from quantize.formats import QuantFacts, read_quant_facts
 
 log = logging.getLogger(__name__)
 
-Engine = Literal["cpu", "gpu"]
 KernelLibrary = Literal["_C", "_C_AVX512", "_C_AVX2"]
 
 CPU_KINDS: dict[KernelLibrary, str] = {"_C": "AVX-512 BF16", "_C_AVX512": "AVX-512", "_C_AVX2": "AVX2"}

@@ -8,11 +8,8 @@ When a line is missing its field is None: a log is evidence, never a reason to c
 from __future__ import annotations
 
 import re
-from typing import Literal
 
-from kqe.core.records import MemoryReport
-
-Device = Literal["cpu", "gpu"]
+from kqe.core.records import Engine, MemoryReport
 
 _NUMBER = r"-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?"
 
@@ -52,7 +49,7 @@ def _last_matches(lines: list[str]) -> dict[re.Pattern[str], tuple[re.Match[str]
     return found
 
 
-def _infer_device(found: dict[re.Pattern[str], tuple[re.Match[str], str]]) -> Device:
+def _infer_device(found: dict[re.Pattern[str], tuple[re.Match[str], str]]) -> Engine:
     """GPU when the log says so (capacity prefix, GPU-only lines, engine config); otherwise CPU."""
     if KV_CAPACITY in found:
         return "cpu" if found[KV_CAPACITY][0]["device"] == "CPU" else "gpu"
@@ -63,7 +60,7 @@ def _infer_device(found: dict[re.Pattern[str], tuple[re.Match[str], str]]) -> De
     return "cpu"
 
 
-def parse_memory(log_text: str, max_model_len: int | None, device: Device | None = None) -> MemoryReport:
+def parse_memory(log_text: str, max_model_len: int | None, device: Engine | None = None) -> MemoryReport:
     """Memory numbers of one vLLM start; `max_model_len` is used when the log does not state it.
 
     `device` is the engine build that wrote the log; None infers it from the log (CPU when nothing

@@ -36,7 +36,7 @@ from pydantic import ValidationError
 
 from evals.serving import hardware
 from evals.serving.endpoint import Endpoint
-from evals.serving.memory import Device, parse_memory
+from evals.serving.memory import parse_memory
 from evals.serving.processes import (
     HOST,
     STOP_GRACE_S,
@@ -50,7 +50,7 @@ from evals.serving.serve_command import server_environment, vllm_command
 from evals.serving.vllm_log import telling_line
 from kqe.core.children import with_parent_death_signal
 from kqe.core.errors import UserError
-from kqe.core.records import MemoryReport, ServeProfile
+from kqe.core.records import Engine, MemoryReport, ServeProfile
 from kqe.core.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -213,7 +213,7 @@ class VllmServer:
 
     def memory(self) -> MemoryReport:
         """What vLLM reported about memory in the log so far."""
-        device: Device = "gpu" if self.on_gpu else "cpu"
+        device: Engine = "gpu" if self.on_gpu else "cpu"
         return parse_memory(self._log_text(), self.profile.max_model_len, device=device)
 
     def restart(self) -> None:

@@ -43,7 +43,7 @@ def render(record: CalibrationSet) -> str:
     "--model", default=defaults.MODEL, show_default=True, help="Registry name, hf:org/name or a folder."
 )
 @click.option("--mix", default="ko70", show_default=True, help="ko100, ko70, en100 or e.g. ko=0.7,en=0.3.")
-@click.option("--samples", default=64, show_default=True, help="Number of samples.")
+@click.option("--samples", default=defaults.CALIB_SAMPLES, show_default=True, help="Number of samples.")
 @click.option(
     "--seq-len", default=defaults.CALIB_SEQ_LEN, show_default=True, help="Tokens per sample (model tokens)."
 )
@@ -60,11 +60,13 @@ def render(record: CalibrationSet) -> str:
 @click.option("--chat-template", is_flag=True, help="Wrap each sample in the chat template as a user turn.")
 @click.option(
     "--tasks",
-    default="kmmlu,mmlu",  # kqe eval's default
+    default=",".join(defaults.TASKS),  # kqe eval's: the same calibration set, the same checkpoint
     show_default=True,
     help="Multiple-choice tasks whose items (as kqe eval samples them) the set is guarded against.",
 )
-@click.option("--limit", default=300, show_default=True, help="Items per task as kqe eval; 0: every item.")
+@click.option(
+    "--limit", default=defaults.LIMIT, show_default=True, help="Items per task as kqe eval; 0: every item."
+)
 @click.option(
     "--allow-contamination", is_flag=True, help="Keep windows that share a 13-gram with an evaluation item."
 )

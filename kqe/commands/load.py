@@ -89,7 +89,9 @@ def _load(options: dict[str, Any], settings: LoadSettings) -> LoadReport:
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="Checkpoint folder to serve instead of the model itself (e.g. a built AWQ checkpoint).",
 )
-@click.option("--profile", default="cpu-small", show_default=True, help="Serve profile of the server.")
+@click.option(
+    "--profile", default=defaults.CPU_PROFILE, show_default=True, help="Serve profile of the server."
+)
 @click.option(
     "--url",
     help="Load a server already running on this machine, e.g. http://127.0.0.1:8000 (prompts are sized "

