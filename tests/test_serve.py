@@ -149,7 +149,7 @@ def test_every_flag_we_pass_exists_in_the_installed_vllm() -> None:
         timeout=300,
         check=True,
     ).stdout
-    profile = load_profile("cpu-ci")
+    profile = load_profile("cpu-ci").model_copy(update={"cpu_offload_gib": 2.0})  # placement's fallback
     flags = {
         part
         for on_gpu in (False, True)
@@ -376,3 +376,9 @@ def test_gpu_command_carries_tp_kv_dtype_and_fixed_kv_pool() -> None:
         VLLM_BIN, Path("/models/x"), "awq", load_profile("rtx4090-16k"), 8123, on_gpu=True
     )
     assert "--tensor-parallel-size" not in defaults and "--kv-cache-memory-bytes" not in defaults
+    assert "--cpu-offload-gb" not in defaults
+    offloaded = load_profile("rtx4090-16k").model_copy(update={"cpu_offload_gib": 11.0})
+    assert (
+        flag_value(vllm_command(VLLM_BIN, Path("/m"), "bf16", offloaded, 1, on_gpu=True), "--cpu-offload-gb")
+        == "11"
+    )
