@@ -111,13 +111,6 @@ def test_generation_is_deterministic_and_resumes(
         assert result.task == "ko_rag" and result.choice_logprobs == [] and result.generated is not None
         assert result.f1 is not None and 0.0 <= result.f1 <= 1.0 and result.correct == (result.pred == 0)
         assert result.item_id.rsplit("/", 1)[-1] in ("1k", "2k")
-    args = (
-        server.base_url,
-        server.api_key,
-        server.served_name,
-        ws.root / "first.jsonl",
-        "tiny",
-        "test-profile",
-    )
+    args = (server.endpoint, ws.root / "first.jsonl", "tiny", "test-profile")
     again = generate.score_generation(items, tiny_model_dir, *args)
     assert again.items_per_s is None and again.n_items == len(items)
