@@ -36,7 +36,9 @@ def placements(local: Device, score_profile: ServeProfile | None = None) -> dict
 
 
 def eval_cli(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(main, ["eval", "--model", "qwen2.5-14b", *args], env={"COLUMNS": "200"})
+    # TQDM_DISABLE in env: the CLI sets it, and CliRunner restores only the variables it was given
+    env = {"COLUMNS": "200", "TQDM_DISABLE": "1"}
+    result = CliRunner().invoke(main, ["eval", "--model", "qwen2.5-14b", *args], env=env)
     return result.exit_code, result.output
 
 

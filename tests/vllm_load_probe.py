@@ -28,7 +28,9 @@ def main(paths: list[str]) -> None:
                 model=path, dtype="bfloat16", enforce_eager=True, max_model_len=256, max_num_seqs=2,
                 kv_cache_memory_bytes=64 * 2**20, seed=0,
             )  # fmt: skip
-            out = llm.generate(["대한민국은 민주공화국이다."], SamplingParams(max_tokens=2, temperature=0))
+            # no progress bar: with TQDM_DISABLE set, vLLM 0.32 divides by its zero elapsed time
+            params = SamplingParams(max_tokens=2, temperature=0)
+            out = llm.generate(["대한민국은 민주공화국이다."], params, use_tqdm=False)
             quantization = llm.llm_engine.vllm_config.model_config.quantization
             record |= {"ok": True, "tokens": len(out[0].outputs[0].token_ids), "quantization": quantization}
         except Exception as exc:  # the engine's own refusal is the finding
