@@ -31,6 +31,7 @@ from typing import Any
 from kqe.core.children import with_parent_death_signal
 from kqe.core.errors import UserError
 from kqe.core.io import read_record, sha256_file, write_atomic, write_record
+from kqe.core.modelstore import LocalModel
 from kqe.core.records import SCHEMA_VERSION, CalibrationSet, Checkpoint, content_hash, package_versions
 from kqe.core.workspace import Workspace
 from quantize import layout
@@ -51,20 +52,19 @@ _DIGEST_CACHE = ".base-digests.json"
 
 def build_checkpoint(
     ws: Workspace,
-    model: str,
-    base_dir: Path,
+    base: LocalModel,
     scheme: str,
     recipe: Recipe,
     calibration: CalibrationSet | None,
     progress: Callable[[int, int], None] | None = None,
     name: str | None = None,
 ) -> Checkpoint:
-    """Build (or reuse) the `scheme` checkpoint of `model` from the bf16 weights in `base_dir`.
+    """Build (or reuse) the `scheme` checkpoint of `base` from its bf16 weights.
 
     `calibration` is used only by schemes that need it. `name` is the checkpoint's name in the
     matrix (default: the scheme; e.g. `awq-w4a16-ko70`); builds are keyed by their inputs, not by
-    name. `bf16` copies nothing: its checkpoint is `base_dir`, described by a manifest in
-    `ws.checkpoints(model)`.
+    name. `bf16` copies nothing: its checkpoint is `base.folder`, described by a manifest in
+    `ws.checkpoints(base.name)`.
     """
     info = scheme_info(scheme)
     name = name or scheme
@@ -75,12 +75,12 @@ def build_checkpoint(
     calib = calibration if info.needs_calibration else None
     if info.needs_calibration and calib is None:
         raise UserError(f"{scheme} needs a calibration set: pass --calibration (e.g. ko70)")
-    check_recipe(base_dir, recipe, f"{name} of {model}")
+    check_recipe(base.folder, recipe, f"{name} of {base.name}")
     versions = package_versions(AUTOAWQ_PACKAGES if info.builder == "autoawq" else PACKAGES)
     key = content_hash(
         {
-            "model": model,
-            "base": weights_digest(ws, model, base_dir),
+            "model": base.name,
+            "base": weights_digest(ws, base.name, base.folder),
             "scheme": scheme,
             "recipe": recipe.model_dump(mode="json"),
             "calibration": calib.sha256 if calib else None,
@@ -89,8 +89,8 @@ def build_checkpoint(
         }
     )
     if info.builder == "base":
-        return _base_checkpoint(ws, model, base_dir, recipe, key, versions, name)
-    job = _Build(ws, model, base_dir, info, recipe, calib, key, versions, name)
+        return _base_checkpoint(ws, base, recipe, key, versions, name)
+    job = _Build(ws, base, info, recipe, calib, key, versions, name)
     return _quantized_checkpoint(job, progress)
 
 
@@ -159,25 +159,25 @@ def layout_fields(directory: Path, base_dir: Path) -> dict[str, Any]:
 
 
 def _base_checkpoint(
-    ws: Workspace, model: str, base_dir: Path, recipe: Recipe, key: str, versions: dict[str, str], name: str
+    ws: Workspace, base: LocalModel, recipe: Recipe, key: str, versions: dict[str, str], name: str
 ) -> Checkpoint:
-    manifest = ws.checkpoints(model) / f"bf16-{key}.json"
+    manifest = ws.checkpoints(base.name) / f"bf16-{key}.json"
     reused = _read_current(manifest)
     if reused is not None:
         return reused.model_copy(update={"name": name})
     record = Checkpoint(
         name=name,
         scheme="bf16",
-        model=model,
-        path=str(base_dir.resolve()),
+        model=base.name,
+        path=str(base.folder.resolve()),
         recipe=recipe.model_dump(mode="json"),
         calibration_hash=None,
         package_versions=versions,
         wall_s=0.0,
         peak_rss_bytes=0,
-        disk_bytes=weight_bytes(base_dir),
+        disk_bytes=weight_bytes(base.folder),
         key=key,
-        **layout_fields(base_dir, base_dir),
+        **layout_fields(base.folder, base.folder),
     )
     write_record(manifest, record)
     return record
@@ -227,8 +227,7 @@ class _Build:
     def __init__(
         self,
         ws: Workspace,
-        model: str,
-        base_dir: Path,
+        base: LocalModel,
         info: SchemeInfo,
         recipe: Recipe,
         calib: CalibrationSet | None,
@@ -236,9 +235,9 @@ class _Build:
         versions: dict[str, str],
         name: str,
     ) -> None:
-        self.model, self.base_dir, self.info, self.recipe = model, base_dir, info, recipe
+        self.base, self.info, self.recipe = base, info, recipe
         self.calib, self.key, self.versions, self.name = calib, key, versions, name
-        self.root = ws.checkpoints(model)
+        self.root = ws.checkpoints(base.name)
         self.stem = f"{info.name}-{key}"
         self.final = self.root / self.stem
         self.log_path = self.root / f"{self.stem}.log"
@@ -247,7 +246,7 @@ class _Build:
         record = _read_current(self.final / CHECKPOINT_RECORD)
         if record is None or record.key != self.key:
             return None
-        if verify_output(self.final, self.info, self.base_dir) is not None:
+        if verify_output(self.final, self.info, self.base.folder) is not None:
             return None
         return record.model_copy(update={"name": self.name})
 
@@ -290,7 +289,7 @@ def _quantized_checkpoint(build: _Build, progress: Callable[[int, int], None] | 
         tmp = build.root / f".{build.stem}.{secrets.token_hex(4)}.tmp"  # mkdir: the umask's mode
         tmp.mkdir()
         job = OneshotJob(
-            base_dir=str(build.base_dir.resolve()),
+            base_dir=str(build.base.folder.resolve()),
             out_dir=str(tmp),
             scheme=build.info.name,
             recipe=build.recipe.model_dump(mode="json"),
@@ -303,15 +302,16 @@ def _quantized_checkpoint(build: _Build, progress: Callable[[int, int], None] | 
         started = time.monotonic()
         status, peak_rss = _run_child(_CHILD_MODULES[build.info.builder], job, build.log_path)
         wall = time.monotonic() - started
-        problem = _failure(status, build.log_path) or verify_output(tmp, build.info, build.base_dir)
+        problem = _failure(status, build.log_path) or verify_output(tmp, build.info, build.base.folder)
         if problem:
             shutil.rmtree(tmp, ignore_errors=True)
-            raise UserError(f"{build.name} build of {build.model} failed: {problem}; log: {build.log_path}")
+            what = f"{build.name} build of {build.base.name}"
+            raise UserError(f"{what} failed: {problem}; log: {build.log_path}")
         os.replace(tmp, build.final)
         record = Checkpoint(
             name=build.name,
             scheme=build.info.name,
-            model=build.model,
+            model=build.base.name,
             path=str(build.final),
             recipe=build.recipe.model_dump(mode="json"),
             calibration_hash=calib.sha256 if calib else None,
@@ -320,7 +320,7 @@ def _quantized_checkpoint(build: _Build, progress: Callable[[int, int], None] | 
             peak_rss_bytes=peak_rss,
             disk_bytes=weight_bytes(build.final),
             key=build.key,
-            **layout_fields(build.final, build.base_dir),
+            **layout_fields(build.final, build.base.folder),
         )
         write_record(build.final / CHECKPOINT_RECORD, record)
     timings = json.loads((build.final / REPORT_NAME).read_text(encoding="utf-8"))

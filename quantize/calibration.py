@@ -26,6 +26,7 @@ from typing import Any
 from kqe.core import defaults
 from kqe.core.errors import UserError
 from kqe.core.io import read_record, sha256_of, write_atomic, write_record
+from kqe.core.modelstore import LocalModel
 from kqe.core.records import CalibrationSet, SourceFile, content_hash
 from kqe.core.workspace import Workspace, safe_name
 from quantize.catalog import SourceSpec, default_sources, paragraphs, read_sources
@@ -131,8 +132,7 @@ def model_context(model_dir: Path) -> int | None:
 
 def build_calibration_set(
     ws: Workspace,
-    model: str,
-    tokenizer_dir: Path,
+    model: LocalModel,
     mix: dict[str, float],
     samples: int,
     seq_len: int,
@@ -150,16 +150,16 @@ def build_calibration_set(
     `sources` defaults to the offline sources of `calibration_data/sources.toml`; held-out sources
     are dropped whatever is passed. Windows sharing a 13-gram with any of `eval_items` (the run's
     evaluation items as text) are dropped unless `allow_contamination`. Writes `<name>-<key>.jsonl`
-    and `<name>-<key>.json` under `out_dir` (default `ws.calibration(model)`); the same inputs give
+    and `<name>-<key>.json` under `out_dir` (default `ws.calibration(model.name)`); the same inputs give
     the same key and byte-identical files.
     """
-    asked = _Asked(name, mix, samples, seq_len, seed, tokenizer_dir, chat_template, allow_contamination)
+    asked = _Asked(name, mix, samples, seq_len, seed, model.folder, chat_template, allow_contamination)
     check_mix(mix, name)
-    check_lengths(model, tokenizer_dir, samples, seq_len, name)
+    check_lengths(model, samples, seq_len, name)
     texts = _source_texts(ws, sources, mix, name)
     guard = None if allow_contamination or not eval_items else ContaminationGuard(eval_items)
     key = _set_key(asked, texts, guard)
-    folder = ws.calibration(model) if out_dir is None else out_dir
+    folder = ws.calibration(model.name) if out_dir is None else out_dir
     record_path, samples_path = (
         folder / f"{safe_name(name)}-{key}.json",
         folder / f"{safe_name(name)}-{key}.jsonl",
@@ -260,16 +260,17 @@ def _load_tokenizer(tokenizer_dir: Path) -> Any:
     return AutoTokenizer.from_pretrained(tokenizer_dir)
 
 
-def check_lengths(model: str, model_dir: Path, samples: int, seq_len: int, name: str) -> None:
+def check_lengths(model: LocalModel, samples: int, seq_len: int, name: str) -> None:
     """Samples and sequence length are positive, and the length fits the model's context."""
     if samples < 1 or seq_len < 16:
         raise UserError(
             f"calibration set {name!r}: need samples ≥ 1, seq_len ≥ 16 (got {samples}, {seq_len})"
         )
-    context = model_context(model_dir)
+    context = model_context(model.folder)
     if context is not None and seq_len > context:
         raise UserError(
-            f"calibration --seq-len {seq_len} is above the context of {model} ({context} tokens): lower it"
+            f"calibration --seq-len {seq_len} is above the context of {model.name} "
+            f"({context} tokens): lower it"
         )
 
 

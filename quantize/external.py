@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kqe.core.errors import UserError
+from kqe.core.modelstore import LocalModel
 from kqe.core.records import Checkpoint, content_hash
 from kqe.core.registry import HF_PREFIX
 from kqe.core.workspace import Workspace, safe_name
@@ -47,15 +48,15 @@ def _text_config(config: dict[str, Any]) -> dict[str, Any]:
     return {**config, **text} if isinstance(text, dict) else config
 
 
-def check_same_base(checkpoint_dir: Path, base_dir: Path, reference: str, model: str) -> None:
+def check_same_base(checkpoint_dir: Path, base: LocalModel, reference: str) -> None:
     """UserError when the checkpoint's architecture sizes differ from the base's."""
     mine = _text_config(json.loads((checkpoint_dir / "config.json").read_text(encoding="utf-8")))
-    base = _text_config(json.loads((base_dir / "config.json").read_text(encoding="utf-8")))
+    theirs = _text_config(json.loads((base.folder / "config.json").read_text(encoding="utf-8")))
     for key in _SAME_BASE_KEYS:
-        if key in base and mine.get(key) != base[key]:
+        if key in theirs and mine.get(key) != theirs[key]:
             raise UserError(
-                f"extra checkpoint {reference} is not a checkpoint of {model}: {key} {mine.get(key)!r}, "
-                f"the base has {base[key]!r}"
+                f"extra checkpoint {reference} is not a checkpoint of {base.name}: {key} {mine.get(key)!r}, "
+                f"the base has {theirs[key]!r}"
             )
 
 
@@ -73,13 +74,13 @@ def resolve_extra(ws: Workspace, reference: str) -> Path:
     return path.resolve()
 
 
-def external_checkpoint(ws: Workspace, model: str, base_dir: Path, reference: str) -> Checkpoint:
-    """Check the extra checkpoint `reference` against the base in `base_dir` and describe it."""
+def external_checkpoint(ws: Workspace, base: LocalModel, reference: str) -> Checkpoint:
+    """Check the extra checkpoint `reference` against `base` and describe it."""
     directory = resolve_extra(ws, reference)
     if not (directory / "config.json").is_file():
         raise UserError(f"extra checkpoint {reference}: {directory} has no config.json")
     layout.read_tensors(directory)  # every shard present and whole
-    check_same_base(directory, base_dir, reference, model)
+    check_same_base(directory, base, reference)
     try:
         tokenizer_hash(directory)
     except UserError:
@@ -90,7 +91,7 @@ def external_checkpoint(ws: Workspace, model: str, base_dir: Path, reference: st
     record = Checkpoint(
         name=extra_name(reference),
         scheme=scheme_label(directory),
-        model=model,
+        model=base.name,
         path=str(directory),
         recipe={"quantization_config": config.get("quantization_config")},
         calibration_hash=None,
@@ -98,9 +99,9 @@ def external_checkpoint(ws: Workspace, model: str, base_dir: Path, reference: st
         wall_s=0.0,
         peak_rss_bytes=0,
         disk_bytes=weight_bytes(directory),
-        key=content_hash({"origin": reference, "weights": weights_digest(ws, model, directory)}),
+        key=content_hash({"origin": reference, "weights": weights_digest(ws, base.name, directory)}),
         origin=reference,
-        **layout_fields(directory, base_dir),
+        **layout_fields(directory, base.folder),
     )
     log.info("extra checkpoint %s (%s) from %s", record.name, record.scheme, directory)
     return record

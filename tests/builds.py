@@ -12,6 +12,7 @@ from pathlib import Path
 from evals.serving.hardware import local_device
 from evals.serving.serve import load_profile
 from evals.serving.serve_command import engine_env
+from kqe.core.modelstore import LocalModel
 from kqe.core.workspace import Workspace
 from quantize.build import build_checkpoint
 from quantize.calibration import build_calibration_set
@@ -37,11 +38,11 @@ def build_every_scheme(tmp: Path, tiny_model_dir: Path, serve_venv: Path) -> dic
     """One calibration set and one build of every scheme in `BUILT`, in a workspace under `tmp`."""
     ws = Workspace(root=tmp / "project", cache=tmp / "cache", serve_venv=serve_venv)
     calib = build_calibration_set(
-        ws, "tiny", tiny_model_dir, {"ko": 1.0}, 8, 64, 0, "ko100", calibration_sources(ws)
+        ws, LocalModel("tiny", tiny_model_dir), {"ko": 1.0}, 8, 64, 0, "ko100", calibration_sources(ws)
     )
     ckpts = {
         scheme: build_checkpoint(
-            ws, "tiny", tiny_model_dir, scheme, recipe_for(scheme), calib, name=f"{scheme}-ko100"
+            ws, LocalModel("tiny", tiny_model_dir), scheme, recipe_for(scheme), calib, name=f"{scheme}-ko100"
         )
         for scheme in BUILT
     }

@@ -145,6 +145,8 @@ def test_intervals_cover_the_truth_about_95_percent(shape: str) -> None:
 
 def test_report_section_names_the_items_and_shows_micro_and_macro() -> None:
     from evals.reporting.leaderboard import build_row
+    from evals.reporting.outcome import CheckpointOutcome, RowFindings
+    from evals.serving.serve import load_profile
     from evals.statistics.averages import markdown_section
     from kqe.core.records import Checkpoint
     from kqe.core.results import ScoreRun
@@ -164,7 +166,8 @@ def test_report_section_names_the_items_and_shows_micro_and_macro() -> None:
             checkpoint=name, task="kmmlu", n_items=10, accuracy=accuracy, items_per_s=None,
             items_path="/x", profile_key="p",
         )  # fmt: skip
-        rows.append(build_row(checkpoint, "none", "ok", {"kmmlu": run}, {}, None, "p", "kqe", averages=cells))
+        outcome = CheckpointOutcome("tiny", name, name, "none", "ok", checkpoint, runs={"kmmlu": run})
+        rows.append(build_row(outcome, RowFindings(load_profile("cpu-ci"), "kqe", cells=cells)))
     assert rows[1].kmmlu_acc == pytest.approx(0.6) and rows[1].kmmlu_macro == pytest.approx(
         (5 / 8 + 1 / 2) / 2
     )

@@ -11,6 +11,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from kqe.core.errors import UserError
+from kqe.core.modelstore import LocalModel
 from kqe.core.records import CalibrationSet
 from kqe.core.workspace import Workspace
 from quantize.calibration import NAMED_MIXES, build_calibration_set, parse_mix
@@ -100,7 +101,7 @@ def build(
     args = {"samples": 10, "seq_len": SEQ_LEN, "seed": 7} | kw
     samples, seq_len, seed = args.pop("samples"), args.pop("seq_len"), args.pop("seed")
     return build_calibration_set(
-        ws, "tiny", tok, parse_mix(mix), samples, seq_len, seed, mix, sources, **args
+        ws, LocalModel("tiny", tok), parse_mix(mix), samples, seq_len, seed, mix, sources, **args
     )
 
 
@@ -273,10 +274,14 @@ def test_chat_template_frames_each_sample_token_exact(
 def test_missing_source_files_say_how_to_fetch_them(workspace: Workspace, tiny_model_dir: Path) -> None:
     spec = SourceSpec(name="law", lang="ko", glob="ko/none.txt", origin="test")
     with pytest.raises(UserError, match="make setup"):
-        build_calibration_set(workspace, "tiny", tiny_model_dir, {"ko": 1.0}, 4, SEQ_LEN, 0, "ko100", [spec])
+        build_calibration_set(
+            workspace, LocalModel("tiny", tiny_model_dir), {"ko": 1.0}, 4, SEQ_LEN, 0, "ko100", [spec]
+        )
 
 
 def test_unpinned_hub_source_is_refused(workspace: Workspace, tiny_model_dir: Path) -> None:
     spec = SourceSpec(name="wiki", lang="ko", hub_id="wikimedia/wikipedia", origin="test")
     with pytest.raises(UserError, match="no pinned revision"):
-        build_calibration_set(workspace, "tiny", tiny_model_dir, {"ko": 1.0}, 4, SEQ_LEN, 0, "ko100", [spec])
+        build_calibration_set(
+            workspace, LocalModel("tiny", tiny_model_dir), {"ko": 1.0}, 4, SEQ_LEN, 0, "ko100", [spec]
+        )

@@ -15,6 +15,8 @@ from evals.reporting.leaderboard import (
     write_aggregate,
     write_leaderboard,
 )
+from evals.reporting.outcome import CheckpointOutcome, RowFindings
+from evals.serving.serve import load_profile
 from kqe.core.errors import UserError
 from kqe.core.records import Checkpoint, MemoryReport
 from kqe.core.results import Comparison, ScoreRun
@@ -46,7 +48,10 @@ def sample_row(command: str = "kqe eval --model tiny"):
         max_concurrency=2.4, max_model_len=2048,
     )  # fmt: skip
     runs, comparisons = {"mmlu": run}, {"mmlu": comparison}
-    return build_row(checkpoint(), "ko70", "ok", runs, comparisons, memory, "cpu:1", command)
+    outcome = CheckpointOutcome("tiny", "awq-w4a16", "awq-w4a16", "ko70", "ok", checkpoint(), runs=runs)
+    return build_row(
+        outcome, RowFindings(load_profile("cpu-ci"), command, memory=memory, vs_base=comparisons)
+    )
 
 
 def test_round_trip_keeps_values(tmp_path: Path) -> None:
@@ -61,6 +66,19 @@ def test_round_trip_keeps_values(tmp_path: Path) -> None:
     assert back.disk_gib == pytest.approx(1.0)
     header = path.read_text().splitlines()[0].split(",")
     assert header == [c for c in COLUMNS if not c.startswith(("kmmlu_", "ko_faq_"))]  # mmlu alone was scored
+
+
+def test_a_checkpoint_never_built_keeps_its_status_profile_and_planned_memory() -> None:
+    profile = load_profile("rtx4090-16k")
+    planned = MemoryReport(
+        source="planner", device="gpu", weights_gib=27.5, kv_cache_gib=0.0, kv_cache_tokens=0,
+        max_concurrency=0.0, max_model_len=16384,
+    )  # fmt: skip
+    outcome = CheckpointOutcome("tiny", "bf16", "bf16", "none", "not scored: fits nowhere here")
+    row = build_row(outcome, RowFindings(profile, "kqe eval", memory=planned, cells={"fits_target": False}))
+    assert (row.status, row.serve_profile) == ("not scored: fits nowhere here", f"rtx4090-16k:{profile.key}")
+    assert row.weights_gib == 27.5 and row.fits_target is False
+    assert row.checkpoint_key == "" and row.disk_gib is None and row.mmlu_acc is None
 
 
 def test_formula_like_cell_is_neutralised(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from evals.reporting.leaderboard import read_leaderboard
 from evals.serving import hardware
 from kqe.core.errors import UserError
 from kqe.core.io import read_record, sha256_file, write_record
+from kqe.core.modelstore import LocalModel
 from kqe.core.records import CalibrationSet, Checkpoint
 from kqe.core.results import RunSummary
 from kqe.core.workspace import Workspace
@@ -58,13 +59,17 @@ def test_awq_without_calibration_and_foreign_recipe_are_refused(
     workspace: Workspace, tiny_model_dir: Path
 ) -> None:
     with pytest.raises(UserError, match="needs a calibration set"):
-        build_checkpoint(workspace, "tiny", tiny_model_dir, "awq-w4a16", recipe_for("awq-w4a16"), None)
+        build_checkpoint(
+            workspace, LocalModel("tiny", tiny_model_dir), "awq-w4a16", recipe_for("awq-w4a16"), None
+        )
     with pytest.raises(UserError, match="not a fp8-dynamic recipe"):
-        build_checkpoint(workspace, "tiny", tiny_model_dir, "fp8-dynamic", recipe_for("awq-w4a16"), None)
+        build_checkpoint(
+            workspace, LocalModel("tiny", tiny_model_dir), "fp8-dynamic", recipe_for("awq-w4a16"), None
+        )
 
 
 def test_bf16_points_at_the_base_without_copying(workspace: Workspace, tiny_model_dir: Path) -> None:
-    ckpt = build_checkpoint(workspace, "tiny", tiny_model_dir, "bf16", recipe_for("bf16"), None)
+    ckpt = build_checkpoint(workspace, LocalModel("tiny", tiny_model_dir), "bf16", recipe_for("bf16"), None)
     assert Path(ckpt.path) == tiny_model_dir.resolve()
     assert ckpt.disk_bytes == (tiny_model_dir / "model.safetensors").stat().st_size
     assert ckpt.effective_bits == pytest.approx(16, abs=0.01) and ckpt.quantized_bytes == 0
@@ -81,7 +86,7 @@ def test_group_size_error_comes_before_any_child(
     monkeypatch.setattr(build, "_run_child", no_child)
     recipe = recipe_for("w4a16-rtn", {"group_size": 96})  # 256 and 512 are not multiples of 96
     with pytest.raises(UserError, match=r"w4a16-rtn of tiny: group_size 96 does not divide the input width"):
-        build_checkpoint(workspace, "tiny", tiny_model_dir, "w4a16-rtn", recipe, None)
+        build_checkpoint(workspace, LocalModel("tiny", tiny_model_dir), "w4a16-rtn", recipe, None)
 
 
 def _quant_config(ckpt: Checkpoint) -> dict:
@@ -219,7 +224,12 @@ def test_second_build_is_reused_without_running(
     monkeypatch.setattr(build, "_run_child", no_child)
     for scheme, first in built["ckpts"].items():
         again = build_checkpoint(
-            built["ws"], "tiny", tiny_model_dir, scheme, recipe_for(scheme), built["calib"], name="again"
+            built["ws"],
+            LocalModel("tiny", tiny_model_dir),
+            scheme,
+            recipe_for(scheme),
+            built["calib"],
+            name="again",
         )
         assert again == first.model_copy(update={"name": "again"})
 
@@ -232,7 +242,9 @@ def test_leftover_tmp_and_unrecorded_dirs_are_rebuilt(built: dict, tiny_model_di
     shutil.copytree(final, tmp)
     (tmp / "from-a-killed-build").write_text("x")
     (final / CHECKPOINT_RECORD).unlink()  # as if killed between the rename and the record
-    again = build_checkpoint(ws, "tiny", tiny_model_dir, "fp8-dynamic", recipe_for("fp8-dynamic"), None)
+    again = build_checkpoint(
+        ws, LocalModel("tiny", tiny_model_dir), "fp8-dynamic", recipe_for("fp8-dynamic"), None
+    )
     assert again.key == first.key and Path(again.path) == final
     assert not tmp.exists() and not (final / "from-a-killed-build").exists()
     assert (final / CHECKPOINT_RECORD).is_file() and again.wall_s > 0
@@ -251,7 +263,7 @@ def test_a_failing_child_names_the_error_and_the_log(
     bad = calib.model_copy(update={"path": str(wrong), "sha256": sha256_file(wrong)})
     failed = r"gptq-w4a16 build of tiny failed: exit 1: RuntimeError: .*tokens.*; log: .*\.log"
     with pytest.raises(UserError, match=failed) as caught:
-        build_checkpoint(ws, "tiny", tiny_model_dir, "gptq-w4a16", recipe_for("gptq-w4a16"), bad)
+        build_checkpoint(ws, LocalModel("tiny", tiny_model_dir), "gptq-w4a16", recipe_for("gptq-w4a16"), bad)
     assert Path(str(caught.value).rsplit("log: ", 1)[1]).is_file()
     assert not list(ws.checkpoints("tiny").glob(".*.tmp"))
 
@@ -261,11 +273,12 @@ def test_a_failing_child_names_the_error_and_the_log(
 _BUILD_IN_CHILD = """
 import sys
 from pathlib import Path
+from kqe.core.modelstore import LocalModel
 from kqe.core.workspace import Workspace
 from quantize.build import build_checkpoint
 from quantize.schemes import recipe_for
 ws = Workspace(root=Path(sys.argv[1]), cache=Path(sys.argv[2]), serve_venv=Path(sys.argv[3]))
-build_checkpoint(ws, "tiny", Path(sys.argv[4]), "w4a16-rtn", recipe_for("w4a16-rtn"), None)
+build_checkpoint(ws, LocalModel("tiny", Path(sys.argv[4])), "w4a16-rtn", recipe_for("w4a16-rtn"), None)
 """
 
 
@@ -336,10 +349,12 @@ def test_a_killed_build_leaves_nothing_a_later_build_trusts(tiny_model_dir: Path
     (final / "config.json").write_text(json.dumps(config | {"quantization_config": quant}))
     weights = final / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
-    fake = build_checkpoint(ws, "tiny", tiny_model_dir, "bf16", recipe_for("bf16"), None)
+    fake = build_checkpoint(ws, LocalModel("tiny", tiny_model_dir), "bf16", recipe_for("bf16"), None)
     write_record(final / CHECKPOINT_RECORD, fake.model_copy(update={"key": key, "scheme": "w4a16-rtn"}))
 
-    ckpt = build_checkpoint(ws, "tiny", tiny_model_dir, "w4a16-rtn", recipe_for("w4a16-rtn"), None)
+    ckpt = build_checkpoint(
+        ws, LocalModel("tiny", tiny_model_dir), "w4a16-rtn", recipe_for("w4a16-rtn"), None
+    )
     assert ckpt.key == key and Path(ckpt.path) == final and ckpt.wall_s > 0
     assert _quant_config(ckpt)["format"] == "pack-quantized" and ckpt.linear_bits
     assert not list(root.glob(".*.tmp"))

@@ -11,6 +11,7 @@ import pytest
 
 from evals.serving import hardware
 from kqe.core.errors import UserError
+from kqe.core.modelstore import LocalModel
 from kqe.core.workspace import Workspace
 from quantize import external, formats, layout
 from quantize.build import check_recipe
@@ -259,14 +260,14 @@ def test_extra_names_and_base_checks(workspace: Workspace, tiny_model_dir: Path,
     config = json.loads((other / "config.json").read_text())
     (other / "config.json").write_text(json.dumps(config | {"hidden_size": 512}))
     with pytest.raises(UserError, match=r"is not a checkpoint of tiny: hidden_size 512, the base has 256"):
-        external.external_checkpoint(workspace, "tiny", tiny_model_dir, str(other))
+        external.external_checkpoint(workspace, LocalModel("tiny", tiny_model_dir), str(other))
     with pytest.raises(UserError, match="no such folder"):
-        external.external_checkpoint(workspace, "tiny", tiny_model_dir, str(tmp_path / "nowhere"))
+        external.external_checkpoint(workspace, LocalModel("tiny", tiny_model_dir), str(tmp_path / "nowhere"))
     (other / "config.json").write_text(json.dumps(config))
     for tokenizer_file in other.glob("tokenizer*"):
         tokenizer_file.unlink()
     with pytest.raises(UserError, match="has no tokenizer: copy the base's tokenizer files"):
-        external.external_checkpoint(workspace, "tiny", tiny_model_dir, str(other))
+        external.external_checkpoint(workspace, LocalModel("tiny", tiny_model_dir), str(other))
 
 
 def test_an_unquantized_extra_is_described_like_the_base(
@@ -274,10 +275,12 @@ def test_an_unquantized_extra_is_described_like_the_base(
 ) -> None:
     copy = tmp_path / "copy"
     shutil.copytree(tiny_model_dir, copy)
-    ckpt = external.external_checkpoint(workspace, "tiny", tiny_model_dir, str(copy))
+    ckpt = external.external_checkpoint(workspace, LocalModel("tiny", tiny_model_dir), str(copy))
     assert (ckpt.name, ckpt.scheme, ckpt.origin) == ("ext-copy", "unquantized", str(copy))
     assert ckpt.effective_bits == pytest.approx(16, abs=0.01) and ckpt.quantized_bytes == 0
-    assert external.external_checkpoint(workspace, "tiny", tiny_model_dir, str(copy)).key == ckpt.key
+    assert (
+        external.external_checkpoint(workspace, LocalModel("tiny", tiny_model_dir), str(copy)).key == ckpt.key
+    )
 
 
 # --- `kqe quantize` through the real entry point ------------------------------------------------

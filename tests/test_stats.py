@@ -15,6 +15,8 @@ from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 
 from evals.reporting.leaderboard import build_row, read_leaderboard, write_leaderboard
+from evals.reporting.outcome import CheckpointOutcome, RowFindings
+from evals.serving.serve import load_profile
 from evals.statistics.pairing import PairedItems, read_items
 from evals.statistics.stats import (
     NO_LOSS,
@@ -407,7 +409,8 @@ def test_leaderboard_carries_the_new_cells(tmp_path: Path) -> None:
         name="awq", scheme="awq-w4a16", model="tiny", path="/x", recipe={}, calibration_hash=None,
         package_versions={}, wall_s=1.0, peak_rss_bytes=1, disk_bytes=1, key="k",
     )  # fmt: skip
-    row = build_row(checkpoint, "ko70", "ok", {}, comparisons, None, "cpu:1", "kqe eval")
+    outcome = CheckpointOutcome("tiny", "awq", "awq-w4a16", "ko70", "ok", checkpoint)
+    row = build_row(outcome, RowFindings(load_profile("cpu-ci"), "kqe eval", vs_base=comparisons))
     write_leaderboard(tmp_path / "board.csv", [row])
     [back] = read_leaderboard(tmp_path / "board.csv")
     ko = comparisons["kmmlu_hard"]

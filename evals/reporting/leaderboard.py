@@ -23,6 +23,7 @@ from evals.reporting.leaderboard_row import (
     column_type,
     columns,
 )
+from evals.reporting.outcome import CheckpointOutcome, RowFindings
 from evals.tasks.registry import COLUMN_PREFIXES
 from kqe import __version__
 from kqe.core.errors import UserError
@@ -62,42 +63,22 @@ def _task_cells(prefix: str, run: ScoreRun | None, comparison: Comparison | None
     return cells
 
 
-def build_row(
-    checkpoint: Checkpoint,
-    calibration: str,
-    status: str,
-    runs: dict[str, ScoreRun],
-    comparisons: dict[str, Comparison],
-    memory: MemoryReport | None,
-    serve_profile: str,
-    command: str,
-    engine_versions: dict[str, str] | None = None,
-    base_memory: MemoryReport | None = None,
-    capacity: LoadReport | None = None,
-    calibration_control: str | None = None,
-    calibration_effect: dict[str, Comparison] | None = None,
-    averages: dict[str, object] | None = None,
-    serving: str | None = None,
-) -> LeaderboardRow:
-    """Assemble a row from a checkpoint's records; missing stages leave empty cells.
-
-    `calibration_effect` holds, per task, this checkpoint against `calibration_control` (the same
-    scheme calibrated with less Korean) on the same items. `averages` holds the averages columns
-    (`evals.statistics.averages.leaderboard_cells`: source labels, micro/macro CIs, supercategories, macro Δ).
-    `serving` is how this machine's engine serves the checkpoint (`quantize.hardware`).
-    """
+def build_row(outcome: CheckpointOutcome, findings: RowFindings) -> LeaderboardRow:
+    """Assemble a row from a checkpoint's outcome and what the run found; missing stages leave empty
+    cells. A checkpoint never built gets only its status, placement and planned memory."""
+    checkpoint = outcome.checkpoint
+    if checkpoint is None:
+        return _failed_row(outcome, findings)
     cells: dict = {name: None for name in COLUMNS}
-    cells.update(_comparison_cells(runs, comparisons, calibration_control, calibration_effect or {}))
-    cells.update(averages or {})
-    cells.update(_scheme_cells(checkpoint, serving))
-    speeds = [run.items_per_s for run in runs.values() if run.items_per_s]
-    all_versions = checkpoint.package_versions | (engine_versions or {})
+    cells.update(_comparison_cells(outcome.runs, findings))
+    cells.update(findings.cells)
+    cells.update(_scheme_cells(checkpoint, findings.serving))
+    speeds = [run.items_per_s for run in outcome.runs.values() if run.items_per_s]
+    all_versions = checkpoint.package_versions | findings.engine_versions
     cells.update(
-        **_identity_cells(
-            checkpoint.model, checkpoint.name, checkpoint.scheme, calibration, status, serve_profile, command
-        ),
-        **_memory_cells(base_memory, memory),
-        **_capacity(capacity),
+        **_identity_cells(outcome, checkpoint.scheme, findings),
+        **_memory_cells(findings.base_memory, findings.memory),
+        **_capacity(findings.capacity),
         disk_gib=round(checkpoint.disk_bytes / 2**30, 3),
         items_per_s=round(median(speeds), 2) if speeds else None,
         checkpoint_key=checkpoint.key,
@@ -106,34 +87,28 @@ def build_row(
     return LeaderboardRow(**cells)
 
 
-def _comparison_cells(
-    runs: dict[str, ScoreRun],
-    comparisons: dict[str, Comparison],
-    calibration_control: str | None,
-    calibration_effect: dict[str, Comparison],
-) -> dict:
+def _comparison_cells(runs: dict[str, ScoreRun], findings: RowFindings) -> dict:
     """Accuracy, comparison with the base and calibration effect, per task column prefix."""
     cells: dict = {}
     for task, prefix in COLUMN_PREFIXES.items():
-        if task in runs or task in comparisons:  # of tasks sharing a prefix, the one scored fills it
-            cells.update(_task_cells(prefix, runs.get(task), comparisons.get(task)))
-        effect = calibration_effect.get(task)
+        if task in runs or task in findings.vs_base:  # of tasks sharing a prefix, the one scored fills it
+            cells.update(_task_cells(prefix, runs.get(task), findings.vs_base.get(task)))
+        effect = findings.vs_control.get(task)
         if effect is not None:
             cells.update(_calibration_effect_cells(prefix, effect))
-    if calibration_effect:
-        cells["calib_effect_vs"] = calibration_control
+    if findings.vs_control:
+        cells["calib_effect_vs"] = findings.calibration_control
     return cells
 
 
-def _identity_cells(
-    model: str, checkpoint: str, scheme: str, calibration: str, status: str, serve_profile: str, command: str
-) -> dict[str, object]:
+def _identity_cells(outcome: CheckpointOutcome, scheme: str, findings: RowFindings) -> dict[str, object]:
     """What a row is and how it was made, which every row has, built or failed."""
+    profile = findings.profile
     return {
-        "schema_version": LEADERBOARD_SCHEMA_VERSION, "model": model, "checkpoint": checkpoint,
-        "scheme": scheme, "calibration": calibration, "status": status, "suite_version": __version__,
-        "date": datetime.now(UTC).isoformat(timespec="seconds"), "serve_profile": serve_profile,
-        "command": command,
+        "schema_version": LEADERBOARD_SCHEMA_VERSION, "model": outcome.model, "checkpoint": outcome.name,
+        "scheme": scheme, "calibration": outcome.calibration, "status": outcome.status,
+        "suite_version": __version__, "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "serve_profile": f"{profile.name}:{profile.key}", "command": findings.command,
     }  # fmt: skip
 
 
@@ -158,24 +133,14 @@ def _calibration_effect_cells(prefix: str, effect: Comparison) -> dict[str, floa
     }
 
 
-def failed_row(
-    model: str,
-    checkpoint: str,
-    scheme: str,
-    calibration: str,
-    status: str,
-    serve_profile: str,
-    command: str,
-    memory: MemoryReport | None = None,
-    placement: dict[str, object] | None = None,
-) -> LeaderboardRow:
+def _failed_row(outcome: CheckpointOutcome, findings: RowFindings) -> LeaderboardRow:
     """The row of a checkpoint that could not be built, found or scored: the status says why; only what
-    the target would hold (`memory`, planned) and where it would have been scored are filled."""
+    the target would hold (`findings.memory`, planned) and where it would have been scored are filled."""
     cells: dict = {name: None for name in COLUMNS}
     cells.update(
-        _identity_cells(model, checkpoint, scheme, calibration, status, serve_profile, command),
-        **_memory_cells(None, memory),
-        **(placement or {}),
+        _identity_cells(outcome, outcome.scheme, findings),
+        **_memory_cells(None, findings.memory),
+        **findings.cells,
         checkpoint_key="",
         versions="",
     )

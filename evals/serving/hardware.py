@@ -198,9 +198,10 @@ class _SmiGpus:
     memory_gib: float | None
 
 
+@functools.cache
 def _nvidia_smi_gpu() -> _SmiGpus | None:
     """Name, compute capability and memory of GPU 0 and the number of GPUs, as `nvidia-smi` reports
-    them; None without a GPU."""
+    them; None without a GPU. Asked once per process (`gpu_present` and `local_device` share it)."""
     if shutil.which("nvidia-smi") is None:
         return None
     query = ["nvidia-smi", "--query-gpu=name,memory.total,compute_cap", "--format=csv,noheader,nounits"]

@@ -13,7 +13,7 @@ import click
 
 from kqe.commands.guard import run_guarded
 from kqe.core import defaults
-from kqe.core.records import CalibrationSet
+from kqe.core.records import CalibrationSet, Record
 
 
 def render(record: CalibrationSet) -> str:
@@ -38,11 +38,43 @@ def render(record: CalibrationSet) -> str:
     )
 
 
+class CalibrateConfig(Record):
+    """What `kqe calibrate` builds; the same fields as a `kqe eval` run give the set that run uses."""
+
+    model: str = defaults.MODEL
+    """Registry name, `hf:org/name[@rev]`, or a local model directory."""
+    mix: str = defaults.CALIBRATIONS[0]
+    """`ko100`, `ko70`, `en100` or e.g. `ko=0.7,en=0.3`."""
+    samples: int = defaults.CALIB_SAMPLES
+    """Number of samples."""
+    seq_len: int = defaults.CALIB_SEQ_LEN
+    """Tokens per sample (model tokens)."""
+    seed: int = defaults.SEED
+    """Seed of the window choice and shuffle (and of the items the set is guarded against)."""
+    out: Path | None = None
+    """Folder for the set; None: `calibration_data/<model>`."""
+    sources: tuple[str, ...] | None = None
+    """Source names of `calibration_data/sources.toml`; None: the offline ones."""
+    chat_template: bool = False
+    """Wrap each sample in the chat template as a user turn."""
+    tasks: tuple[str, ...] = defaults.TASKS
+    """Multiple-choice tasks whose items (as `kqe eval` samples them) the set is guarded against."""
+    limit: int | None = defaults.LIMIT
+    """Items per task as `kqe eval`; None: every item."""
+    allow_contamination: bool = False
+    """Keep windows that share a 13-gram with an evaluation item."""
+
+
 @click.command("calibrate")
 @click.option(
     "--model", default=defaults.MODEL, show_default=True, help="Registry name, hf:org/name or a folder."
 )
-@click.option("--mix", default="ko70", show_default=True, help="ko100, ko70, en100 or e.g. ko=0.7,en=0.3.")
+@click.option(
+    "--mix",
+    default=defaults.CALIBRATIONS[0],
+    show_default=True,
+    help="ko100, ko70, en100 or e.g. ko=0.7,en=0.3.",
+)
 @click.option("--samples", default=defaults.CALIB_SAMPLES, show_default=True, help="Number of samples.")
 @click.option(
     "--seq-len", default=defaults.CALIB_SEQ_LEN, show_default=True, help="Tokens per sample (model tokens)."
@@ -76,16 +108,22 @@ def calibrate_command(**options: Any) -> None:
     guarded against the evaluation items, measured; the same options give the same bytes."""
 
     def action() -> None:
-        record = build(options)
-        click.echo(record.to_json() if options["as_json"] else render(record))
+        as_json = options.pop("as_json")
+        tasks, sources, limit = options.pop("tasks"), options.pop("sources"), options.pop("limit")
+        cfg = CalibrateConfig(
+            tasks=split_list(tasks), sources=split_list(sources) if sources else None, limit=limit or None,
+            **options,
+        )  # fmt: skip
+        record = build(cfg)
+        click.echo(record.to_json() if as_json else render(record))
 
     run_guarded(action)
 
 
-def build(options: dict[str, Any]) -> CalibrationSet:
+def build(cfg: CalibrateConfig) -> CalibrationSet:
     """Check the cheap inputs first, then read the evaluation items, then build (or reuse) the set."""
     from evals.tasks.prompts import load_prompts, prepare_tasks
-    from kqe.core.modelstore import model_dir
+    from kqe.core.modelstore import local_model
     from kqe.core.registry import resolve_model
     from kqe.core.workspace import Workspace
     from kqe.pipeline.matrix import mix_label
@@ -94,23 +132,21 @@ def build(options: dict[str, Any]) -> CalibrationSet:
     from quantize.contamination import item_texts
 
     ws = Workspace.from_env()
-    mix = parse_mix(options["mix"])
-    label = mix_label(options["mix"])
-    sources = named_sources(_split(options["sources"])) if options["sources"] else None
-    spec = resolve_model(options["model"], ws)
-    base_dir = model_dir(spec, ws)
-    check_lengths(spec.name, base_dir, options["samples"], options["seq_len"], label)
+    mix = parse_mix(cfg.mix)
+    label = mix_label(cfg.mix)
+    sources = named_sources(list(cfg.sources)) if cfg.sources else None
+    base = local_model(resolve_model(cfg.model, ws), ws)
+    check_lengths(base, cfg.samples, cfg.seq_len, label)
     items: list[str] = []
-    if not options["allow_contamination"]:
-        tasks = _split(options["tasks"])
-        data_dir = prepare_tasks(ws, tasks, options["limit"] or None, options["seed"])
-        items = item_texts(item for task in tasks for item in load_prompts(task, data_dir))
+    if not cfg.allow_contamination:
+        data_dir = prepare_tasks(ws, list(cfg.tasks), cfg.limit, cfg.seed)
+        items = item_texts(item for task in cfg.tasks for item in load_prompts(task, data_dir))
     return build_calibration_set(
-        ws, spec.name, base_dir, mix, options["samples"], options["seq_len"], options["seed"], label, sources,
-        eval_items=items, allow_contamination=options["allow_contamination"],
-        chat_template=options["chat_template"], out_dir=options["out"],
+        ws, base, mix, cfg.samples, cfg.seq_len, cfg.seed, label, sources, eval_items=items,
+        allow_contamination=cfg.allow_contamination, chat_template=cfg.chat_template, out_dir=cfg.out,
     )  # fmt: skip
 
 
-def _split(value: str) -> list[str]:
-    return [part.strip() for part in value.split(",") if part.strip()]
+def split_list(value: str) -> tuple[str, ...]:
+    """`a, b,,c` → (`a`, `b`, `c`): a comma-separated option."""
+    return tuple(part.strip() for part in value.split(",") if part.strip())

@@ -201,11 +201,12 @@ def _profile(options: dict[str, Any]) -> str:
 def _print_plan(cfg: Any, as_json: bool) -> None:
     import json
 
+    from kqe.core.registry import resolve_model
     from kqe.pipeline.config import plan_run
     from kqe.pipeline.dry_run import describe, lines
 
     ws = Workspace.from_env()
-    described = describe(cfg, plan_run(cfg, ws), ws)
+    described = describe(cfg, plan_run(cfg, ws, resolve_model(cfg.model, ws)), ws)
     if as_json:
         click.echo(json.dumps(described, ensure_ascii=False, indent=2))
     else:

@@ -10,11 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import click
+from pydantic import model_validator
 
+from kqe.commands import calibrate
+from kqe.commands.calibrate import CalibrateConfig, split_list
 from kqe.commands.guard import run_guarded
 from kqe.core import defaults
 from kqe.core.errors import UserError
-from kqe.core.records import Checkpoint
+from kqe.core.modelstore import LocalModel
+from kqe.core.records import Checkpoint, Record
 from kqe.core.workspace import Workspace
 
 _GiB = 2**30
@@ -42,6 +46,48 @@ def render(ckpt: Checkpoint, serving: str) -> str:
     return "\n".join(lines)
 
 
+class QuantizeConfig(Record):
+    """What `kqe quantize` builds or checks; the same fields as a `kqe eval` run give its checkpoint."""
+
+    model: str = defaults.MODEL
+    """Registry name, `hf:org/name[@rev]`, or a local model directory."""
+    scheme: str | None = None
+    """Scheme to build, or a table of `recipes`; None with `extra`."""
+    recipes: Path | None = None
+    """TOML file of named recipes."""
+    options: tuple[str, ...] = ()
+    """Recipe options `key=value` over the scheme's defaults (`group_size=64`)."""
+    calibration: str = defaults.CALIBRATIONS[0]
+    """Calibration mix for schemes that need one."""
+    calib_samples: int = defaults.CALIB_SAMPLES
+    """Calibration samples."""
+    calib_seq_len: int = defaults.CALIB_SEQ_LEN
+    """Tokens per calibration sample."""
+    seed: int = defaults.SEED
+    """Seed of the calibration windows."""
+    tasks: tuple[str, ...] = defaults.TASKS
+    """Evaluation tasks the calibration set is guarded against."""
+    limit: int | None = defaults.LIMIT
+    """Items per task as `kqe eval`; None: every item."""
+    profile: str = defaults.CPU_PROFILE
+    """Serve profile for the servability check."""
+    extra: str | None = None
+    """A pre-quantized checkpoint (folder or `hf:org/name@rev`) to check instead of building."""
+
+    @model_validator(mode="after")
+    def _one_of_scheme_or_extra(self) -> QuantizeConfig:
+        if (self.scheme is None) == (self.extra is None):
+            raise UserError("kqe quantize: give --scheme NAME to build, or --extra FOLDER to check one")
+        return self
+
+    def calibration_config(self) -> CalibrateConfig:
+        """The calibration set `kqe eval` would build for this checkpoint."""
+        return CalibrateConfig(
+            model=self.model, mix=self.calibration, samples=self.calib_samples, seq_len=self.calib_seq_len,
+            seed=self.seed, tasks=self.tasks, limit=self.limit,
+        )  # fmt: skip
+
+
 @click.command("quantize")
 @click.option(
     "--model", default=defaults.MODEL, show_default=True, help="Registry name, hf:org/name or a folder."
@@ -52,7 +98,10 @@ def render(ckpt: Checkpoint, serving: str) -> str:
     "--set", "options", multiple=True, help="Recipe option key=value (repeatable), e.g. group_size=64."
 )
 @click.option(
-    "--calibration", default="ko70", show_default=True, help="Calibration mix for schemes that need one."
+    "--calibration",
+    default=defaults.CALIBRATIONS[0],
+    show_default=True,
+    help="Calibration mix for schemes that need one.",
 )
 @click.option(
     "--calib-samples", default=defaults.CALIB_SAMPLES, show_default=True, help="Calibration samples."
@@ -88,56 +137,46 @@ def quantize_command(**options: Any) -> None:
     pre-quantized one; print its manifest and whether this machine's vLLM can serve it."""
 
     def action() -> None:
-        ckpt, serving = quantize(options)
-        click.echo(ckpt.to_json() if options["as_json"] else render(ckpt, serving))
+        as_json, tasks, limit = options.pop("as_json"), options.pop("tasks"), options.pop("limit")
+        cfg = QuantizeConfig(tasks=split_list(tasks), limit=limit or None, **options)
+        ckpt, serving = quantize(cfg)
+        click.echo(ckpt.to_json() if as_json else render(ckpt, serving))
 
     run_guarded(action)
 
 
-def quantize(options: dict[str, Any]) -> tuple[Checkpoint, str]:
-    """The checkpoint the options ask for, and the servability verdict's note on this machine."""
+def quantize(cfg: QuantizeConfig) -> tuple[Checkpoint, str]:
+    """The checkpoint `cfg` asks for, and the servability verdict's note on this machine."""
     from evals.serving import hardware
     from evals.serving.serve import load_profile
-    from kqe.core.modelstore import model_dir
+    from kqe.core.modelstore import local_model
     from kqe.core.registry import resolve_model
     from quantize import external
 
-    if (options["scheme"] is None) == (options["extra"] is None):
-        raise UserError("kqe quantize: give --scheme NAME to build, or --extra FOLDER to check one")
     ws = Workspace.from_env()
-    profile = load_profile(options["profile"])
-    spec = resolve_model(options["model"], ws)
-    base_dir = model_dir(spec, ws)
-    if options["extra"] is not None:
-        ckpt = external.external_checkpoint(ws, spec.name, base_dir, options["extra"])
-    else:
-        ckpt = _build(options, ws, spec.name, base_dir)
+    profile = load_profile(cfg.profile)
+    base = local_model(resolve_model(cfg.model, ws), ws)
+    if cfg.scheme is not None:
+        ckpt = _build(cfg, cfg.scheme, ws, base)
+    else:  # the config holds exactly one of them
+        ckpt = external.external_checkpoint(ws, base, str(cfg.extra))
     verdict = hardware.check_checkpoint(Path(ckpt.path), hardware.local_device(ws.serve_venv), profile.dtype)
     return ckpt, verdict.note
 
 
-def _build(options: dict[str, Any], ws: Workspace, model: str, base_dir: Path) -> Checkpoint:
-    from kqe.commands import calibrate
+def _build(cfg: QuantizeConfig, name: str, ws: Workspace, base: LocalModel) -> Checkpoint:
     from kqe.pipeline.matrix import mix_label
     from quantize.build import build_checkpoint, check_recipe
     from quantize.recipes import parse_options, resolve_recipes
     from quantize.schemes import recipe_for, scheme_info
 
-    name = options["scheme"]
-    recipe = resolve_recipes([name], options["recipes"])[name]
-    if options["options"]:
-        overrides = recipe.model_dump(mode="json") | parse_options(options["options"])
+    recipe = resolve_recipes([name], cfg.recipes)[name]
+    if cfg.options:
+        overrides = recipe.model_dump(mode="json") | parse_options(list(cfg.options))
         recipe = recipe_for(recipe.scheme, overrides, "--set")
-    check_recipe(base_dir, recipe, f"{name} of {model}")  # before the calibration set is cut
+    check_recipe(base.folder, recipe, f"{name} of {base.name}")  # before the calibration set is cut
     calib = None
     if scheme_info(recipe.scheme).needs_calibration:
-        calib = calibrate.build(
-            {
-                "model": options["model"], "mix": options["calibration"], "samples": options["calib_samples"],
-                "seq_len": options["calib_seq_len"], "seed": options["seed"], "sources": None,
-                "chat_template": False, "tasks": options["tasks"], "limit": options["limit"],
-                "allow_contamination": False, "out": None,
-            }
-        )  # fmt: skip
-        name = f"{name}-{mix_label(options['calibration'])}"
-    return build_checkpoint(ws, model, base_dir, recipe.scheme, recipe, calib, name=name)
+        calib = calibrate.build(cfg.calibration_config())
+        name = f"{name}-{mix_label(cfg.calibration)}"
+    return build_checkpoint(ws, base, recipe.scheme, recipe, calib, name=name)

