@@ -16,7 +16,7 @@ from kqe.commands.compare import compare_command
 from kqe.commands.diff import diff_command
 from kqe.commands.doctor import doctor_command
 from kqe.commands.eval import eval_command
-from kqe.commands.guard import console
+from kqe.commands.guard import console, say
 from kqe.commands.load import load_command
 from kqe.commands.models import models_command
 from kqe.commands.plan import plan_command
@@ -32,11 +32,7 @@ class _OneLineUsageErrors(click.Group):
             return super().invoke(ctx)
         except click.UsageError as exc:
             where = exc.ctx.command_path if exc.ctx else ctx.command_path
-            console.print(
-                f"[bold red]kqe: error:[/] {exc.format_message()} (see `{where} --help`)",
-                highlight=False,
-                soft_wrap=True,
-            )
+            say("kqe: error:", f"{exc.format_message()} (see `{where} --help`)")
             sys.exit(2)
 
 

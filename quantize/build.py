@@ -30,7 +30,7 @@ from typing import Any
 
 from kqe.core.children import with_parent_death_signal
 from kqe.core.errors import UserError
-from kqe.core.io import read_record, sha256_file, write_atomic, write_record
+from kqe.core.io import open_log, read_record, sha256_file, write_atomic, write_record
 from kqe.core.modelstore import LocalModel
 from kqe.core.records import SCHEMA_VERSION, CalibrationSet, Checkpoint, content_hash, package_versions
 from kqe.core.workspace import Workspace
@@ -336,7 +336,7 @@ def _run_child(module: str, job: OneshotJob, log_path: Path) -> tuple[int, int]:
     # the parent-death signal follows the thread that forks: only the main thread lives long enough
     if threading.current_thread() is threading.main_thread():
         command = with_parent_death_signal(command, signal.SIGKILL)
-    with log_path.open("w", encoding="utf-8") as log_file:
+    with open_log(log_path) as log_file:
         # Progress bars would fill the log with carriage-return frames; the log is read, not watched.
         env = {**os.environ, "TQDM_DISABLE": "1", "TOKENIZERS_PARALLELISM": "false"}
         child = subprocess.Popen(

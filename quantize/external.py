@@ -9,15 +9,15 @@ the method that made it, is what the file says.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from kqe.core.errors import UserError
+from kqe.core.io import read_json_object
 from kqe.core.modelstore import LocalModel
 from kqe.core.records import Checkpoint, content_hash
-from kqe.core.registry import HF_PREFIX
+from kqe.core.registry import HF_PREFIX, check_remote_code
 from kqe.core.workspace import Workspace, safe_name
 from quantize import formats, layout
 from quantize.build import layout_fields, weight_bytes, weights_digest
@@ -50,14 +50,32 @@ def _text_config(config: dict[str, Any]) -> dict[str, Any]:
 
 def check_same_base(checkpoint_dir: Path, base: LocalModel, reference: str) -> None:
     """UserError when the checkpoint's architecture sizes differ from the base's."""
-    mine = _text_config(json.loads((checkpoint_dir / "config.json").read_text(encoding="utf-8")))
-    theirs = _text_config(json.loads((base.folder / "config.json").read_text(encoding="utf-8")))
+    mine = _text_config(
+        read_json_object(checkpoint_dir / "config.json", f"extra checkpoint {reference}: config.json")
+    )
+    theirs = _text_config(read_json_object(base.folder / "config.json", f"base {base.name}: config.json"))
     for key in _SAME_BASE_KEYS:
         if key in theirs and mine.get(key) != theirs[key]:
             raise UserError(
                 f"extra checkpoint {reference} is not a checkpoint of {base.name}: {key} {mine.get(key)!r}, "
                 f"the base has {theirs[key]!r}"
             )
+
+
+def check_extra(ws: Workspace, reference: str, trust_remote_code: bool) -> None:
+    """What can be checked of an extra before anything is built or served: a hub extra names its
+    revision (what is scored must be what was asked for); a local one is a model folder whose
+    config.json reads, and ships no code of its own unless trusted, as for the base."""
+    if reference.startswith(HF_PREFIX):
+        if not reference.partition("@")[2]:
+            raise UserError(
+                f"extra checkpoint {reference}: pin its revision, {reference}@<commit or tag>, so the "
+                "checkpoint scored is the one asked for"
+            )
+        return
+    folder = _local_extra(ws, reference)
+    read_json_object(folder / "config.json", f"extra checkpoint {reference}: config.json")
+    check_remote_code(folder, trust_remote_code)
 
 
 def resolve_extra(ws: Workspace, reference: str) -> Path:
@@ -67,6 +85,10 @@ def resolve_extra(ws: Workspace, reference: str) -> Path:
         from kqe.core.registry import resolve_model
 
         return model_dir(resolve_model(reference, ws), ws)
+    return _local_extra(ws, reference)
+
+
+def _local_extra(ws: Workspace, reference: str) -> Path:
     path = Path(reference).expanduser()
     path = path if path.is_absolute() else ws.root / path
     if not path.is_dir():
@@ -87,7 +109,7 @@ def external_checkpoint(ws: Workspace, base: LocalModel, reference: str) -> Chec
         raise UserError(
             f"extra checkpoint {reference} has no tokenizer: copy the base's tokenizer files into {directory}"
         ) from None
-    config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    config = read_json_object(directory / "config.json", f"extra checkpoint {reference}: config.json")
     record = Checkpoint(
         name=extra_name(reference),
         scheme=scheme_label(directory),

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kqe.core.errors import UserError
+from kqe.core.io import read_text
 from quantize.schemes import SCHEMES, Recipe, recipe_for
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -34,9 +35,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 def load_recipe_file(path: Path) -> dict[str, Recipe]:
     """Every table of the recipe file at `path`, validated."""
     try:
-        tables = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"recipe file {path} not found: pass an existing TOML file to --recipes") from None
+        tables = tomllib.loads(read_text(path, "recipe file (--recipes)"))
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"recipe file {path} is not valid TOML: {exc}") from None
     recipes: dict[str, Recipe] = {}

@@ -74,7 +74,7 @@ def test_folder_without_manifest_is_not_an_install(tmp_path: Path) -> None:
 
 def test_model_dir_of_the_offline_model_needs_setup(workspace: Workspace) -> None:
     spec = load_registry()["gemma3-270m"]
-    with pytest.raises(UserError, match=r"model gemma3-270m is not installed: run `make setup`"):
+    with pytest.raises(UserError, match=r"model gemma3-270m is not installed in .*: run `make setup`"):
         model_dir(spec, workspace)
     _install_fake(installed_dir(spec, workspace))
     assert model_dir(spec, workspace) == workspace.cache / "models" / "gemma3-270m"

@@ -5,11 +5,14 @@ from __future__ import annotations
 import csv
 import io
 import logging
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 from statistics import median
 from types import UnionType
 from typing import get_args
+
+from pydantic import ValidationError
 
 from evals.capacity.load import LoadReport
 from evals.planning.placement import Placement
@@ -27,13 +30,14 @@ from evals.reporting.outcome import CheckpointOutcome, RowFindings
 from evals.tasks.registry import COLUMN_PREFIXES
 from kqe import __version__
 from kqe.core.errors import UserError
-from kqe.core.io import write_atomic
+from kqe.core.io import read_text, write_atomic
 from kqe.core.records import Checkpoint, MemoryReport
 from kqe.core.results import Comparison, ScoreRun
 
 log = logging.getLogger(__name__)
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_NON_FINITE = {"nan", "inf", "infinity"}
 
 
 def _task_cells(prefix: str, run: ScoreRun | None, comparison: Comparison | None) -> dict:
@@ -200,7 +204,7 @@ def _cell(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
-        return f"{value:.6g}"
+        return f"{value:.6g}" if math.isfinite(value) else ""  # a number that is not one is no number
     text = str(value)
     if text.startswith(_FORMULA_START):
         return "'" + text
@@ -219,13 +223,15 @@ def write_leaderboard(path: Path, rows: list[LeaderboardRow]) -> None:
 
 def read_leaderboard(path: Path) -> list[LeaderboardRow]:
     """Read a leaderboard CSV of a readable schema version, its rows upgraded to this one (columns added
-    since read as empty); anything else is a one-line error."""
-    if not path.is_file():
-        raise UserError(f"leaderboard {path} not found: run `make eval` first or pass an existing CSV")
-    with path.open(encoding="utf-8", newline="") as handle:
-        records = list(csv.DictReader(handle))
+    since read as empty); anything else is a one-line error naming the file, row and column."""
+    records = _csv_records(path)
     if not records:
         raise UserError(f"leaderboard {path} has no rows: run `make eval` to fill it")
+    versions = {record.get("schema_version") for record in records}
+    if len(versions) > 1:
+        raise UserError(
+            f"leaderboard {path} mixes schema versions {sorted(map(str, versions))}: re-run `make eval`"
+        )
     version = records[0].get("schema_version")
     if version is not None and version not in {str(v) for v in READABLE_SCHEMA_VERSIONS}:
         raise UserError(
@@ -241,16 +247,50 @@ def read_leaderboard(path: Path) -> list[LeaderboardRow]:
     ]  # fmt: skip
     if missing:
         raise UserError(f"leaderboard {path} lacks columns {', '.join(missing)}: is it a kqe leaderboard?")
-    return [
-        LeaderboardRow.model_validate(
-            {
-                name: _parse_cell(name, record[name])
-                for name in COLUMNS
-                if name in record and name != "schema_version"
-            }
-        )
-        for record in records
-    ]
+    rows = [_row(path, number, record) for number, record in enumerate(records, start=2)]
+    seen: set[tuple[str, str]] = set()
+    for row in rows:
+        if (row.model, row.checkpoint) in seen:
+            raise UserError(
+                f"leaderboard {path} lists {row.model} {row.checkpoint} twice: keep one row of it"
+            )
+        seen.add((row.model, row.checkpoint))
+    return rows
+
+
+def _csv_records(path: Path) -> list[dict[str, str]]:
+    """The CSV's rows as dicts (a UTF-8 byte-order mark accepted); UserError for what is not a CSV."""
+    if not path.exists():
+        raise UserError(f"leaderboard {path} not found: run `make eval` first or pass an existing CSV")
+    text = read_text(path, "leaderboard")
+    try:
+        records = list(csv.DictReader(io.StringIO(text, newline="")))
+    except csv.Error as err:
+        raise UserError(f"leaderboard {path} is not a readable CSV ({err}): pass a kqe CSV") from None
+    for number, record in enumerate(records, start=2):
+        if None in record or None in record.values():
+            raise UserError(f"leaderboard {path} row {number} has not one cell per column: is it a kqe CSV?")
+    return records
+
+
+def _row(path: Path, number: int, record: dict[str, str]) -> LeaderboardRow:
+    """One CSV row as a LeaderboardRow; UserError naming the row and column of a bad cell."""
+    cells = {
+        name: _parse_cell(name, record[name])
+        for name in COLUMNS
+        if name in record and name != "schema_version"
+    }
+    for name, text in cells.items():
+        if text is not None and text.strip().lower().lstrip("+-") in _NON_FINITE:
+            raise UserError(f"leaderboard {path} row {number}, {name}: {text!r} is not a finite number")
+    try:
+        return LeaderboardRow.model_validate(cells)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        column = ".".join(str(part) for part in first["loc"] if part != "tasks")
+        raise UserError(
+            f"leaderboard {path} row {number}, {column}: {first['msg']} (got {first.get('input')!r})"
+        ) from None
 
 
 def _parse_cell(name: str, text: str) -> str | None:

@@ -7,7 +7,6 @@ answers flipped each way; the calibration effect when rows carry several calibra
 from __future__ import annotations
 
 import io
-import os
 from collections.abc import Sequence
 from itertools import cycle
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING
 from evals.planning.decide import BASE_SCHEME
 from evals.reporting.leaderboard_row import LeaderboardRow, scored_tasks
 from evals.tasks.registry import COLUMN_LABELS
+from kqe.core.io import write_atomic
 from kqe.core.results import RunSummary
 
 if TYPE_CHECKING:
@@ -46,10 +46,7 @@ def write_png(fig: Figure, path: Path) -> Path:
     """Save a figure so that readers see the old plot or the new one, never a torn file."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(buffer.getvalue())
-    os.replace(tmp, path)
+    write_atomic(path, buffer.getvalue())
     return path
 
 

@@ -3,6 +3,7 @@ checkpoint (`evals/reporting/model_card.py`), written next to the leaderboard (`
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,13 +15,16 @@ from evals.reporting.leaderboard import read_leaderboard
 from evals.reporting.leaderboard_row import LeaderboardRow, scored_tasks
 from evals.reporting.model_card import model_card
 from evals.reporting.plots import task_label
-from evals.reporting.report_text import caveats, cell, delta_ci
+from evals.reporting.report_text import caveats, cell, delta_ci, markdown_row
 from evals.statistics import averages
 from kqe.core.errors import UserError
-from kqe.core.io import write_atomic
+from kqe.core.io import owned_folder, write_atomic
 from kqe.core.records import ModelSpec
 from kqe.core.results import RunSummary
 from kqe.core.workspace import safe_name
+
+REPORT_FILES = ".report-files.json"
+"""Beside the report: the cards and plots it wrote, the only files a later report may delete."""
 
 
 def read_run_summary(board: Path) -> RunSummary | None:
@@ -50,6 +54,8 @@ def write_report(board: Path) -> Path:
         )
     run = read_run_summary(board)
     out = board.parent
+    for folder in ("plots", "cards"):  # links there are refused, not followed
+        owned_folder(out / folder)
     plots = {
         "pareto": figures.pareto_figure(rows, run),
         "deltas": figures.deltas_figure(rows),
@@ -61,25 +67,38 @@ def write_report(board: Path) -> Path:
     spec = _registry_spec(models[0])
     built = {c.name: c for c in run.checkpoints} if run else {}
     cards = {}
-    for row in rows:
+    shown = [markdown_row(row) for row in rows]  # names and statuses may come from anyone's CSV
+    for row, safe in zip(rows, shown, strict=True):
         if row.scheme != BASE_SCHEME and (row.checkpoint in built or run is None):
             path = out / "cards" / f"{safe_name(row.checkpoint)}.md"
-            write_atomic(path, model_card(row, rows, run, built.get(row.checkpoint), spec))
-            cards[row.checkpoint] = path
-    # cards and plots of checkpoints an earlier run held, but this leaderboard does not, would mislead
-    _remove_others(out / "cards", "*.md", set(cards.values()))
-    _remove_others(out / "plots", "*.png", set(pngs.values()))
+            write_atomic(path, model_card(safe, shown, run, built.get(row.checkpoint), spec))
+            cards[safe.checkpoint] = path
+    # cards and plots of checkpoints an earlier report wrote, but this leaderboard lacks, would mislead
+    _replace_written(out, {*cards.values(), *pngs.values()})
     report = out / "report.md"
     write_atomic(
-        report, report_markdown(rows, run, spec, {k: p.relative_to(out) for k, p in pngs.items()}, cards)
+        report, report_markdown(shown, run, spec, {k: p.relative_to(out) for k, p in pngs.items()}, cards)
     )
     return report
 
 
-def _remove_others(folder: Path, pattern: str, keep: set[Path]) -> None:
-    for path in folder.glob(pattern):
-        if path not in keep:
+def _replace_written(out: Path, written: set[Path]) -> None:
+    """Delete what the previous report wrote and this one did not, then record what this one wrote.
+    Only files named in that record, in `cards/` or `plots/`, are ever deleted: a user's own files
+    there are left alone."""
+    manifest = out / REPORT_FILES
+    try:
+        before = {str(name) for name in json.loads(manifest.read_text(encoding="utf-8"))}
+    except (OSError, ValueError, TypeError):  # none yet, or not ours: delete nothing
+        before = set()
+    now = {path.relative_to(out).as_posix() for path in written}
+    for name in sorted(before - now):
+        folder, _, file = name.partition("/")
+        ours = folder in ("cards", "plots") and file not in ("", ".", "..") and "/" not in file
+        path = out / folder / file
+        if ours and path.is_file() and not path.is_symlink():
             path.unlink()
+    write_atomic(manifest, json.dumps(sorted(now), indent=1) + "\n")
 
 
 def _registry_spec(model: str) -> ModelSpec | None:

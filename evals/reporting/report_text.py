@@ -10,6 +10,7 @@ from evals.reporting.leaderboard_row import LeaderboardRow, scored_tasks
 from evals.reporting.plots import task_label, task_values
 from kqe.core.records import ModelSpec
 from kqe.core.results import RunSummary
+from kqe.core.text import markdown_cell
 
 NEAR_CHANCE = 0.30
 """Base accuracy below which a 4-choice task's deltas are mostly noise (chance is 0.25)."""
@@ -22,6 +23,15 @@ def delta_ci(row: LeaderboardRow, prefix: str) -> str:
         return "—"
     delta, low, high = values
     return f"{delta:+.1f} [{low:+.1f}, {high:+.1f}]"
+
+
+def markdown_row(row: LeaderboardRow) -> LeaderboardRow:
+    """`row` with every text cell safe inside a Markdown table (HTML and `|` escaped, one line)."""
+    text = {name: markdown_cell(value) for name, value in row if isinstance(value, str)}
+    tasks = {
+        name: markdown_cell(value) if isinstance(value, str) else value for name, value in row.tasks.items()
+    }
+    return row.model_copy(update=text | {"tasks": tasks})
 
 
 def cell(value: float | int | None, fmt: str) -> str:

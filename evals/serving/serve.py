@@ -50,6 +50,7 @@ from evals.serving.serve_command import server_environment, vllm_command
 from evals.serving.vllm_log import telling_line
 from kqe.core.children import with_parent_death_signal
 from kqe.core.errors import UserError
+from kqe.core.io import open_log, owned_folder, refuse_link, write_atomic
 from kqe.core.records import Engine, MemoryReport, ServeProfile
 from kqe.core.workspace import Workspace
 
@@ -219,7 +220,7 @@ class VllmServer:
     def restart(self) -> None:
         """Stop what is left of the server and start it again (new port, same key), keeping its log."""
         self.stop()
-        with self.log_path.open("a", encoding="utf-8") as log_file:
+        with open_log(self.log_path, append=True) as log_file:
             log_file.write("\n[kqe] the server ended unexpectedly; starting it again\n")
         self.start(append_log=True)
 
@@ -233,7 +234,8 @@ class VllmServer:
         vllm_bin = check_serve_env(self.ws)
         if not (self.model_dir / "config.json").is_file():
             raise ServeError(f"checkpoint {self.served_name}: {self.model_dir} has no config.json")
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        owned_folder(self.log_path.parent)
+        refuse_link(self.log_path), refuse_link(self.pidfile)  # before a stale pid is read or a log written
         kill_stale_server(self.pidfile)
         self.on_gpu = hardware.local_device(self.ws.serve_venv).engine == "gpu"
         port_asked = forced_port()
@@ -291,7 +293,7 @@ class VllmServer:
         if _in_main_thread():
             command = with_parent_death_signal(command, signal.SIGTERM)
         env = server_environment(os.environ, self.profile, self.ws, self.on_gpu, self.api_key)
-        with self.log_path.open("a" if append_log else "w", encoding="utf-8") as log_file:
+        with open_log(self.log_path, append=append_log) as log_file:
             self._process = subprocess.Popen(
                 command,
                 stdin=subprocess.DEVNULL,
@@ -303,7 +305,7 @@ class VllmServer:
         self.pid = self._process.pid
         _live_servers.add(self)
         _guard_sigterm()
-        self.pidfile.write_text(f"{self.pid}\n", encoding="utf-8")
+        write_atomic(self.pidfile, f"{self.pid}\n")
 
     def _wait_ready(self) -> str | None:
         """None once the server answers as itself; otherwise why it never did."""

@@ -81,7 +81,7 @@ def _allocate(sizes: dict[str, int], limit: int, rng: random.Random) -> dict[str
 def check_limit(limit: int | None) -> None:
     """A UserError for a limit below 1."""
     if limit is not None and limit < 1:
-        raise UserError(f"limit {limit} must be at least 1 (or unset for every item)")
+        raise UserError(f"--limit {limit}: give a number of items per task (at least 1), or 0 for every item")
 
 
 def stratified_sample(rows: list[dict[str, Any]], limit: int | None, seed: int) -> list[dict[str, Any]]:
@@ -105,8 +105,10 @@ def stratified_sample(rows: list[dict[str, Any]], limit: int | None, seed: int) 
 def check_tasks(tasks: list[str]) -> None:
     """Known task names, at most one per leaderboard column prefix; anything else is a UserError."""
     unknown = [task for task in tasks if task not in TASKS]
-    if unknown or not tasks:
-        raise UserError(f"unknown task(s) {unknown or tasks}: choose from {', '.join(TASKS)}")
+    if not tasks:
+        raise UserError(f"--tasks names no task: choose from {', '.join(TASKS)}")
+    if unknown:
+        raise UserError(f"unknown task(s) {unknown}: choose from {', '.join(TASKS)}")
     by_columns: dict[str, list[str]] = defaultdict(list)
     for task in dict.fromkeys(task for task in tasks if task in TASK_SPECS):
         by_columns[TASK_SPECS[task].columns].append(task)

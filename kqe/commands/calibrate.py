@@ -11,8 +11,9 @@ from typing import Any
 
 import click
 
-from kqe.commands.guard import run_guarded
+from kqe.commands.guard import echo, run_guarded, split_list
 from kqe.core import defaults
+from kqe.core.errors import UserError
 from kqe.core.records import CalibrationSet, Record
 
 
@@ -115,7 +116,7 @@ def calibrate_command(**options: Any) -> None:
             **options,
         )  # fmt: skip
         record = build(cfg)
-        click.echo(record.to_json() if as_json else render(record))
+        echo(record.to_json() if as_json else render(record))
 
     run_guarded(action)
 
@@ -132,6 +133,8 @@ def build(cfg: CalibrateConfig) -> CalibrationSet:
     from quantize.contamination import item_texts
 
     ws = Workspace.from_env()
+    if cfg.out is not None and cfg.out.exists() and not cfg.out.is_dir():
+        raise UserError(f"--out {cfg.out} is a file: give a folder for the calibration set")
     mix = parse_mix(cfg.mix)
     label = mix_label(cfg.mix)
     sources = named_sources(list(cfg.sources)) if cfg.sources else None
@@ -145,8 +148,3 @@ def build(cfg: CalibrateConfig) -> CalibrationSet:
         ws, base, mix, cfg.samples, cfg.seq_len, cfg.seed, label, sources, eval_items=items,
         allow_contamination=cfg.allow_contamination, chat_template=cfg.chat_template, out_dir=cfg.out,
     )  # fmt: skip
-
-
-def split_list(value: str) -> tuple[str, ...]:
-    """`a, b,,c` → (`a`, `b`, `c`): a comma-separated option."""
-    return tuple(part.strip() for part in value.split(",") if part.strip())

@@ -9,7 +9,7 @@ import click
 
 from evals.planning.decide import Choice, Target, choose, measured_applies, profile_for_gpu
 from evals.reporting.leaderboard_row import LeaderboardRow
-from kqe.commands.guard import run_guarded
+from kqe.commands.guard import Number, echo, run_guarded
 from kqe.core.errors import UserError
 
 
@@ -56,14 +56,25 @@ def render(choice: Choice) -> str:
 @click.option(
     "--gpu", "gpu_name", required=True, help="A named GPU: rtx4090, a100-40g, h100-80g, … (gpus.toml)"
 )
-@click.option("--count", type=int, help="GPUs per replica (tensor parallel size; default: the profile's).")
+@click.option(
+    "--count",
+    type=click.IntRange(min=1),
+    help="GPUs per replica (tensor parallel size; default: the profile's).",
+)
 @click.option(
     "--max-loss",
+    type=Number(0),
     default=1.0,
     show_default=True,
     help="Accuracy points you accept losing; the 95% CI of the loss must stay within it.",
 )
-@click.option("--min-concurrency", default=1.0, show_default=True, help="Requests of max-model-len at once.")
+@click.option(
+    "--min-concurrency",
+    type=Number(0),
+    default=1.0,
+    show_default=True,
+    help="Requests of max-model-len at once.",
+)
 @click.option("--task", default="kmmlu", show_default=True, help="Task the loss is judged on: kmmlu or mmlu.")
 @click.option("--profile", help="Serve settings to plan under (default: the GPU's profile, else the run's).")
 @click.option("--model", help="The model to choose for, when the leaderboard holds several.")
@@ -92,6 +103,6 @@ def choose_command(
         result = choose(
             rows, load_target(board, rows, gpu_name, count, profile), task, max_loss, min_concurrency
         )
-        click.echo(result.to_json() if as_json else render(result))
+        echo(result.to_json() if as_json else render(result))
 
     run_guarded(action)

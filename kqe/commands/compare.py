@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
-from kqe.commands.guard import run_guarded
+from kqe.commands.guard import Number, echo, run_guarded
+from kqe.core.text import json_text
 
 
 @click.command("compare")
@@ -15,6 +15,7 @@ from kqe.commands.guard import run_guarded
 @click.argument("cand_items", type=click.Path(path_type=Path))
 @click.option(
     "--margin",
+    type=Number(),  # finite; its range is checked with the statistics (stats.check_margin)
     default=1.0,
     show_default=True,
     help="Non-inferiority margin in accuracy points (1.0 = a loss of 0.01 is acceptable).",
@@ -29,18 +30,18 @@ def compare_command(base_items: Path, cand_items: Path, margin: float, as_json: 
         results = compare_files(base_items, cand_items, margin)
         if as_json:
             report = {task: r.model_dump(mode="json") for task, r in results.items()}
-            click.echo(json.dumps(report, indent=2, ensure_ascii=False))
+            echo(json_text(report))
             return
         for task, r in results.items():
             kl = "" if r.mean_kl is None else f"  KL {r.mean_kl:.4f}"
-            click.echo(
+            echo(
                 f"{task}: n={r.n}  acc {r.acc_base:.3f} -> {r.acc_cand:.3f}  Δ {100 * r.delta:+.1f} pts "
                 f"[{100 * r.ci_low:+.1f}, {100 * r.ci_high:+.1f}]  McNemar p={r.mcnemar_p:.3g} "
                 f"(Holm {r.p_holm:.3g})  flips c→w {r.flips_c2w} w→c {r.flips_w2c}{kl}  "
                 f"MDE {100 * r.mde:.1f} pts  => {r.verdict}"
             )
             if r.ko_en_gap is not None and r.ko_en_gap_ci_low is not None and r.ko_en_gap_ci_high is not None:
-                click.echo(
+                echo(
                     f"{task} - {r.english_task} loss gap: {100 * r.ko_en_gap:+.1f} pts "
                     f"[{100 * r.ko_en_gap_ci_low:+.1f}, {100 * r.ko_en_gap_ci_high:+.1f}]"
                 )

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from evals.reporting.diff import CellChange, LeaderboardDiff, diff
-from kqe.commands.guard import run_guarded
+from kqe.commands.guard import echo, run_guarded
 
 _POINT_COLUMNS = ("_acc", "_delta", "_ci_low", "_ci_high", "_mde", "ko_en_gap")
 _GIB_COLUMNS = ("weights_gib", "kv_cache_gib", "disk_gib")
@@ -72,6 +72,6 @@ def diff_command(board_a: Path, board_b: Path, as_json: bool) -> None:
 
     def action() -> None:
         result = diff(read_leaderboard(board_a), read_leaderboard(board_b), str(board_a), str(board_b))
-        click.echo(result.to_json() if as_json else render(result))
+        echo(result.to_json() if as_json else render(result))
 
     run_guarded(action)

@@ -8,7 +8,7 @@ import click
 
 from evals.serving.doctor import Diagnosis, diagnose
 from evals.serving.vllm_log import read_log
-from kqe.commands.guard import run_guarded
+from kqe.commands.guard import echo, run_guarded
 
 
 def render(diagnosis: Diagnosis) -> str:
@@ -30,7 +30,8 @@ def doctor_command(logfile: Path, profile: str | None, as_json: bool) -> None:
     from evals.serving.serve import load_profile
 
     def action() -> None:
-        diagnosis = diagnose(read_log(logfile), load_profile(profile) if profile else None)
-        click.echo(diagnosis.to_json() if as_json else render(diagnosis))
+        served = load_profile(profile) if profile else None  # a wrong name is said before the log is read
+        diagnosis = diagnose(read_log(logfile), served)
+        echo(diagnosis.to_json() if as_json else render(diagnosis))
 
     run_guarded(action)

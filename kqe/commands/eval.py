@@ -7,9 +7,10 @@ from typing import Any
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kqe.commands.guard import ProgressDisplay, console, run_guarded, split_list
+from kqe.commands.guard import Number, ProgressDisplay, console, echo, run_guarded, split_list
 from kqe.core import defaults
 from kqe.core.errors import UserError
+from kqe.core.text import json_text, printable
 from kqe.core.workspace import Workspace
 
 
@@ -76,7 +77,7 @@ from kqe.core.workspace import Workspace
 @click.option(
     "--gpu-gib",
     default=None,
-    type=click.FloatRange(min=0, min_open=True),
+    type=Number(0, above=True),
     help="The target as GiB per GPU instead of a named GPU.",
 )
 @click.option(
@@ -107,7 +108,7 @@ from kqe.core.workspace import Workspace
     "--load-duration-s",
     default=defaults.LOAD_DURATION_S,
     show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
+    type=Number(0, above=True),
     help="Seconds of load per checkpoint.",
 )
 @click.option(
@@ -150,6 +151,8 @@ def eval_command(**options: Any) -> None:
         dry_run, as_json = options.pop("dry_run"), options.pop("as_json")
         if as_json and not dry_run:
             raise UserError("--json prints the plan of --dry-run: give both, or neither")
+        if not split_list(options["schemes"]):
+            raise UserError(f"--schemes {options['schemes']!r} names no scheme: give e.g. bf16,awq-w4a16")
         options.update(
             schemes=split_list(options["schemes"]), tasks=split_list(options["tasks"]),
             calibrations=split_mixes(options["calibrations"]), limit=options["limit"] or None,
@@ -166,8 +169,8 @@ def eval_command(**options: Any) -> None:
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console) as progress:
             board = run_eval(cfg, Workspace.from_env(), ProgressDisplay(progress))
-        click.echo(board.read_text(encoding="utf-8"), nl=False)
-        console.print(f"leaderboard: {board}", highlight=False)
+        echo(board.read_text(encoding="utf-8"), nl=False)
+        console.print(f"leaderboard: {printable(str(board))}", highlight=False, markup=False)
         # a checkpoint this device cannot serve is a finding (its status says why), not a failure
         failed = [row.checkpoint for row in read_leaderboard(board) if row.status.startswith("failed")]
         if failed:
@@ -199,7 +202,6 @@ def _profile(options: dict[str, Any]) -> str:
 
 
 def _print_plan(cfg: Any, as_json: bool) -> None:
-    import json
 
     from kqe.core.registry import resolve_model
     from kqe.pipeline.config import plan_run
@@ -208,7 +210,7 @@ def _print_plan(cfg: Any, as_json: bool) -> None:
     ws = Workspace.from_env()
     described = describe(cfg, plan_run(cfg, ws, resolve_model(cfg.model, ws)), ws)
     if as_json:
-        click.echo(json.dumps(described, ensure_ascii=False, indent=2))
+        echo(json_text(described))
     else:
         for line in lines(described):
-            console.print(line, highlight=False, markup=False)
+            console.print(printable(line), highlight=False, markup=False)

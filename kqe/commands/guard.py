@@ -2,18 +2,45 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import traceback
 from collections.abc import Callable
 from typing import Any
 
+import click
 from rich.console import Console
 from rich.progress import Progress
+from rich.text import Text
 
 from kqe.core.errors import UserError
+from kqe.core.io import write_atomic
+from kqe.core.text import printable
 from kqe.core.workspace import Workspace
 
 console = Console(stderr=True)
+
+
+class Number(click.ParamType):
+    """A finite float option (`nan` and `inf` are refused: they would slip past every comparison),
+    at least `minimum`, or above it when `above`."""
+
+    name = "number"
+
+    def __init__(self, minimum: float | None = None, *, above: bool = False) -> None:
+        self.minimum, self.above = minimum, above
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        low = self.minimum
+        if low is not None and (number <= low if self.above else number < low):
+            self.fail(f"{value!r} must be {'above' if self.above else 'at least'} {low:g}", param, ctx)
+        return number
 
 
 def split_list(value: str) -> tuple[str, ...]:
@@ -34,12 +61,24 @@ class ProgressDisplay:
         self._progress.update(self._bars[what], completed=done, total=total)
 
 
+def echo(text: str, *, nl: bool = True) -> None:
+    """Print a command's answer on stdout, without the control sequences its inputs may carry."""
+    click.echo(printable(text), nl=nl)
+
+
+def say(label: str, message: str) -> None:
+    """One line on stderr: `label` in red, then `message` as it is (never read as console markup)."""
+    line = Text(label, style="bold red")
+    line.append(f" {printable(message)}")
+    console.print(line, highlight=False, soft_wrap=True)
+
+
 def run_guarded(action: Callable[[], None]) -> None:
     """Run a command: user errors become one line and exit 2, never a traceback."""
     try:
         action()
     except UserError as exc:
-        console.print(f"[bold red]kqe: error:[/] {exc}", highlight=False, soft_wrap=True)
+        say("kqe: error:", str(exc))
         sys.exit(2)
     except BrokenPipeError:  # `kqe … | head`: the reader left; nothing to report
         sys.stderr.close()
@@ -48,14 +87,18 @@ def run_guarded(action: Callable[[], None]) -> None:
         console.print("kqe: interrupted; finished results are kept, re-run to resume", highlight=False)
         sys.exit(130)
     except Exception as exc:  # an internal bug: keep the traceback out of the terminal, in a file
-        ws = Workspace.from_env()
-        ws.cache.mkdir(parents=True, exist_ok=True)
-        trace_file = ws.cache / "last-error.log"
-        trace_file.write_text(traceback.format_exc(), encoding="utf-8")
-        console.print(
-            f"[bold red]kqe: internal error:[/] {type(exc).__name__}: {exc} (traceback in {trace_file}; "
-            "please report it)",
-            highlight=False,
-            soft_wrap=True,
-        )
+        where = _save_traceback()
+        say("kqe: internal error:", f"{type(exc).__name__}: {exc} ({where}; please report it)")
         sys.exit(1)
+
+
+def _save_traceback() -> str:
+    """Where the traceback went: `$KQE_HOME/last-error.log`, or standard error when that cannot be written."""
+    trace = traceback.format_exc()
+    try:
+        trace_file = Workspace.from_env().cache / "last-error.log"
+        write_atomic(trace_file, trace)
+    except (OSError, UserError):
+        sys.stderr.write(trace)
+        return "traceback above"
+    return f"traceback in {trace_file}"

@@ -20,8 +20,9 @@ from evals.capacity.load import (
 )
 from evals.capacity.load_prompts import rag_prompts
 from evals.serving.endpoint import Endpoint
-from kqe.commands.guard import run_guarded
+from kqe.commands.guard import Number, echo, run_guarded
 from kqe.core import defaults
+from kqe.core.errors import UserError
 
 
 def _ms(seconds: float | None) -> str:
@@ -69,11 +70,13 @@ def _load(options: dict[str, Any], settings: LoadSettings) -> LoadReport:
     ws = Workspace.from_env()
     spec = resolve_model(options["model"], ws)
     served_dir: Path = options["checkpoint_dir"] or model_dir(spec, ws)
+    if not (served_dir / "config.json").is_file():
+        raise UserError(f"{served_dir} has no config.json: give --checkpoint-dir a model or checkpoint dir")
+    profile = None if options["url"] else load_profile(options["profile"])  # cheap checks first
     prompts = rag_prompts(served_dir, _korean_texts(), settings.seed, settings.shared_prefix)
-    if options["url"]:
+    if profile is None:
         endpoint = Endpoint(local_base_url(options["url"]), options["api_key"], options["served_name"])
         return run_load(endpoint, prompts, settings)
-    profile = load_profile(options["profile"])
     served_name = options["served_name"] or safe_name(served_dir.name)
     log_path = ws.results(spec.name) / "logs" / f"load.{served_name}.{profile.name}.log"
     with VllmServer(served_dir, served_name, profile, ws, log_path) as server:
@@ -101,13 +104,31 @@ def _load(options: dict[str, Any], settings: LoadSettings) -> LoadReport:
 @click.option("--served-name", help="Model name to request (--url default: the one the server lists).")
 @click.option("--concurrency", default="1,4,8", show_default=True, help="Requests in flight, per level.")
 @click.option(
-    "--duration-s", type=float, default=30.0, show_default=True, help="Seconds of sending per level."
+    "--duration-s",
+    type=Number(),
+    default=30.0,
+    show_default=True,
+    help="Seconds of sending per level.",
 )
-@click.option("--max-tokens", type=int, default=64, show_default=True, help="Output tokens per request.")
-@click.option("--prompt-tokens", type=int, default=1500, show_default=True, help="Tokens per prompt.")
-@click.option("--max-requests", type=int, default=1000, show_default=True, help="Cap on requests per level.")
 @click.option(
-    "--drain-timeout-s", type=float, default=60.0, show_default=True, help="Wait for requests in flight."
+    "--max-tokens",
+    type=click.IntRange(min=1),
+    default=64,
+    show_default=True,
+    help="Output tokens per request.",
+)
+@click.option(
+    "--prompt-tokens", type=click.IntRange(min=1), default=1500, show_default=True, help="Tokens per prompt."
+)
+@click.option(
+    "--max-requests",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="Cap on requests per level.",
+)
+@click.option(
+    "--drain-timeout-s", type=Number(0), default=60.0, show_default=True, help="Wait for requests in flight."
 )
 @click.option("--shared-prefix", is_flag=True, help="Same passages in every prompt (prefix cache helps).")
 @click.option("--seed", type=int, default=defaults.SEED, show_default=True, help="Seed of the passage order.")
@@ -131,6 +152,6 @@ def load_command(**options: Any) -> None:
         if options["url"]:
             local_base_url(options["url"])  # refuse a remote target before loading anything
         report = _load(options, settings)
-        click.echo(report.to_json() if options["as_json"] else render(report))
+        echo(report.to_json() if options["as_json"] else render(report))
 
     run_guarded(action)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kqe.commands.guard import run_guarded
+from kqe.commands.guard import echo, run_guarded
 
 
 @click.command("models")
@@ -15,6 +15,6 @@ def models_command() -> None:
     def action() -> None:
         for spec in load_registry().values():
             where = "offline" if spec.offline else f"{spec.hub_id}@{spec.revision}"
-            click.echo(f"{spec.name:18} {spec.params_b:6.2f}B  {spec.layers:3} layers  {where}")
+            echo(f"{spec.name:18} {spec.params_b:6.2f}B  {spec.layers:3} layers  {where}")
 
     run_guarded(action)

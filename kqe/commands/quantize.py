@@ -13,8 +13,8 @@ import click
 from pydantic import model_validator
 
 from kqe.commands import calibrate
-from kqe.commands.calibrate import CalibrateConfig, split_list
-from kqe.commands.guard import run_guarded
+from kqe.commands.calibrate import CalibrateConfig
+from kqe.commands.guard import echo, run_guarded, split_list
 from kqe.core import defaults
 from kqe.core.errors import UserError
 from kqe.core.modelstore import LocalModel
@@ -140,7 +140,7 @@ def quantize_command(**options: Any) -> None:
         as_json, tasks, limit = options.pop("as_json"), options.pop("tasks"), options.pop("limit")
         cfg = QuantizeConfig(tasks=split_list(tasks), limit=limit or None, **options)
         ckpt, serving = quantize(cfg)
-        click.echo(ckpt.to_json() if as_json else render(ckpt, serving))
+        echo(ckpt.to_json() if as_json else render(ckpt, serving))
 
     run_guarded(action)
 

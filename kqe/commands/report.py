@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from kqe.commands.guard import run_guarded
+from kqe.commands.guard import echo, run_guarded
 
 
 @click.command("report")
@@ -25,10 +25,10 @@ def report_command(board: Path) -> None:
 
     def action() -> None:
         report = write_report(board)
-        click.echo(f"report: {report}")
+        echo(f"report: {report}")
         for path in sorted((report.parent / "plots").glob("*.png")) + sorted(
             (report.parent / "cards").glob("*.md")
         ):
-            click.echo(f"  {path}")
+            echo(f"  {path}")
 
     run_guarded(action)

@@ -1,16 +1,24 @@
-"""Atomic writes and crash-tolerant JSON Lines: finished results are never half-written or lost."""
+"""Atomic writes and crash-tolerant JSON Lines: finished results are never half-written or lost.
+
+The write rule: kqe writes only files of its own output folders, and never through a symbolic link.
+A link where kqe would write (a file, or a folder it makes and owns such as `cards/` or `logs/`) is
+refused with one line instead of being followed, so nothing outside those folders is touched. The
+roots (the results folder, KQE_HOME) may be links: where they point is the user's choice.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TypeVar
+from typing import IO, Any, TypeVar
 
 from pydantic import BaseModel
 
+from kqe.core.errors import UserError
 from kqe.core.faults import pause_point
 
 T = TypeVar("T", bound=BaseModel)
@@ -23,6 +31,39 @@ def sha256_of(data: str | bytes) -> str:
     return hashlib.sha256(data.encode("utf-8") if isinstance(data, str) else data).hexdigest()
 
 
+def read_text(path: Path, what: str) -> str:
+    """The UTF-8 text of `path` (a byte-order mark dropped); UserError naming `what` when it is absent,
+    a folder, unreadable or not text."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{what} {path} not found: pass an existing file") from None
+    except IsADirectoryError:
+        raise UserError(f"{what} {path} is a folder: pass the file itself") from None
+    except OSError as err:
+        raise UserError(f"{what} {path} cannot be read: {err.strerror}") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise UserError(f"{what} {path} is not UTF-8 text (byte {err.start}): save it as UTF-8") from None
+    if "\0" in text:
+        raise UserError(f"{what} {path} holds NUL bytes: it is binary, not a text file")
+    return text
+
+
+def read_json_object(path: Path, what: str) -> dict[str, Any]:
+    """The JSON object in `path`; UserError naming `what` when it is not one (see `read_text`)."""
+    try:
+        value = json.loads(read_text(path, what))
+    except ValueError as err:
+        raise UserError(f"{what} {path} is not valid JSON ({err}): fix or replace it") from None
+    if not isinstance(value, dict):
+        raise UserError(
+            f"{what} {path} holds a JSON {type(value).__name__}, not an object: is it the right file?"
+        )
+    return value
+
+
 def sha256_file(path: Path) -> str:
     """Hex sha256 of a file, read in 1 MiB blocks (weights files are GBs)."""
     digest = hashlib.sha256()
@@ -32,14 +73,44 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` so that readers see the old file or the new one, never a torn one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def refuse_link(path: Path) -> Path:
+    """`path`, unless it is a symbolic link: then a UserError (kqe never writes or deletes through one)."""
+    if path.is_symlink():
+        raise UserError(
+            f"{path} is a symbolic link: kqe writes only its own files, never through a link; "
+            "remove the link (or point the whole results folder or KQE_HOME elsewhere)"
+        )
+    return path
+
+
+def owned_folder(path: Path) -> Path:
+    """Create `path` (a folder kqe writes into) if needed; a link there is refused, not followed."""
+    refuse_link(path).mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def open_log(path: Path, *, append: bool = False) -> IO[str]:
+    """Open a log kqe writes (a server's, a build's), never following a link planted at its name."""
+    owned_folder(path.parent)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as err:
+        if path.is_symlink():
+            refuse_link(path)
+        raise UserError(f"cannot write the log {path}: {err.strerror}; check the folder's rights") from None
+    return os.fdopen(fd, "a" if append else "w", encoding="utf-8")
+
+
+def write_atomic(path: Path, text: str | bytes) -> None:
+    """Write `text` to `path` so that readers see the old file or the new one, never a torn one (a
+    link at `path` is refused: replacing it would silently turn the user's link into a file)."""
+    refuse_link(path).parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; results are meant to be shared
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(text.encode("utf-8") if isinstance(text, str) else text)
             handle.flush()
             pause_point(f"write {path.name}")  # fault tests kill here: `path` must stay as it was
             os.fsync(handle.fileno())

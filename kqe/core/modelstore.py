@@ -104,7 +104,7 @@ def model_dir(spec: ModelSpec, ws: Workspace) -> Path:
     if spec.offline:
         target = installed_dir(spec, ws)
         if not verify_model_dir(target, full=False):
-            raise UserError(f"model {spec.name} is not installed: run `make setup`")
+            raise UserError(f"model {spec.name} is not installed in {ws.cache}: {ws.setup_hint()}")
         return target
     from huggingface_hub import snapshot_download
 

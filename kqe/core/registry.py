@@ -19,6 +19,7 @@ from typing import Any
 
 from kqe.core import defaults
 from kqe.core.errors import UserError
+from kqe.core.io import read_json_object
 from kqe.core.records import ModelSpec
 from kqe.core.workspace import Workspace, safe_name
 
@@ -51,6 +52,9 @@ def resolve_model(name: str, ws: Workspace) -> ModelSpec:
     registry = load_registry()
     if name in registry:
         return registry[name]
+    if not name.strip():
+        known = ", ".join(registry)
+        raise UserError(f"--model is empty: give a registry name ({known}), hf:org/name or a model folder")
     if name.startswith(HF_PREFIX):
         return _spec_from_hub(name)
     path = Path(name).expanduser()
@@ -157,10 +161,7 @@ def spec_from_local_dir(path: Path) -> ModelSpec:
         raise UserError(f"model path {path} is not a model: config.json is missing")
     if not weights:
         raise UserError(f"model path {path} is not a model: no *.safetensors weights (save as safetensors)")
-    try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except ValueError as err:
-        raise UserError(f"model path {path}: config.json is not valid JSON ({err})") from None
+    config = read_json_object(config_file, f"model {path.name}: config.json")
     params_b = None
     if "quantization_config" not in config:  # packed quantized tensors do not count weights one to one
         params_b = round(sum(_safetensors_elements(file) for file in weights) / 1e9, 3)
@@ -170,8 +171,8 @@ def spec_from_local_dir(path: Path) -> ModelSpec:
 def _spec_from_hub(argument: str) -> ModelSpec:
     """Read config.json (and the parameter count the hub reports) of `hf:org/name[@revision]`."""
     ref = argument.removeprefix(HF_PREFIX)
-    hub_id, _, revision = ref.partition("@")
-    if hub_id.count("/") != 1 or not all(hub_id.split("/")):
+    hub_id, at, revision = ref.partition("@")
+    if hub_id.count("/") != 1 or not all(hub_id.split("/")) or (at and not revision):
         raise UserError(f"model {argument!r}: write a hub model as hf:org/name or hf:org/name@revision")
     from huggingface_hub import HfApi, hf_hub_download
 

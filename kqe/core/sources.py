@@ -255,7 +255,7 @@ def source_paths(ws: Workspace) -> dict[str, Path]:
     entries = _manifest_files(root)
     paths = {key: root / entry["path"] for key, entry in entries.items()}
     if not paths or not all(path.is_file() for path in paths.values()):
-        raise UserError(f"offline sources missing in {root}: run `make setup`")
+        raise UserError(f"offline sources missing in {root}: {ws.setup_hint()}")
     return paths
 
 

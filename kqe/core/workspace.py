@@ -38,6 +38,12 @@ class Workspace:
         serve = Path(os.environ.get("KQE_SERVE_VENV", root / ".venv-serve")).expanduser()
         return cls(root=root, cache=cache.resolve(), serve_venv=serve.resolve())
 
+    def setup_hint(self) -> str:
+        """How to fill the cache: `make setup`, naming KQE_HOME when it is set (a mistyped one is
+        the usual reason the cache looks empty)."""
+        home = os.environ.get("KQE_HOME")
+        return f"run `make setup` with KQE_HOME={home}, or fix KQE_HOME" if home else "run `make setup`"
+
     def results(self, model: str) -> Path:
         return self.root / "results" / safe_name(model)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from evals.planning.placement import PlacementPlan, check_profile, place, target_from
 from evals.planning.vllm_memory import gpu_named
 from evals.serving import hardware, serve
+from evals.serving.processes import forced_port
 from evals.tasks import prompts
 from evals.tasks.ko_rag import task as rag_task
 from evals.tasks.registry import TASK_SPECS
@@ -169,13 +170,18 @@ def plan_run(cfg: EvalConfig, ws: Workspace, spec: ModelSpec) -> RunPlan:
     recipes = resolve_recipes([BASE, *cfg.schemes], Path(cfg.recipes) if cfg.recipes else None)
     needs_calibration = {name: schemes.scheme_info(r.scheme).needs_calibration for name, r in recipes.items()}
     entries = plan_matrix(cfg.schemes, cfg.calibrations, needs_calibration.__getitem__)
+    for reference in cfg.extra:  # before the base is built and served, not after
+        external.check_extra(ws, reference, cfg.trust_remote_code)
     extras = {external.extra_name(reference): reference for reference in cfg.extra}
     entries += [MatrixEntry(name, external.EXTRA_SCHEME, None) for name in extras]
-    if len({entry.name for entry in entries}) != len(entries):
+    if len(extras) != len(cfg.extra) or len({entry.name for entry in entries}) != len(entries):
         raise UserError(f"extra {','.join(cfg.extra)!r} repeats a checkpoint name: list each folder once")
     prompts.check_tasks(list(cfg.tasks))
     prompts.check_limit(cfg.limit)
+    if cfg.rag_data and rag_task.TASK in cfg.tasks:  # a user's ko_rag folder reads, before any build
+        rag_task.load_source(ws, Path(cfg.rag_data))
     serve.check_serve_env(ws)
+    forced_port()  # a KQE_PORT in use is said now, not when the first server starts
     formats = {e.name: recipes[e.scheme].scheme if e.scheme in recipes else e.scheme for e in entries}
     placement = _placement(cfg, ws, spec, profile, formats)
     return RunPlan(spec, profile, entries, recipes, extras, placement)

@@ -1,0 +1,149 @@
+"""The write rule: kqe writes and deletes only its own files, never through a symbolic link.
+
+Each damaging case runs in a temporary tree whose links point outside it, and checks that the
+outside files are intact byte for byte (and that nothing new appeared there).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from evals.reporting.leaderboard import write_leaderboard
+from evals.reporting.report import write_report
+from evals.serving.serve import VllmServer, load_profile
+from kqe.commands.guard import run_guarded
+from kqe.commands.report import report_command
+from kqe.core.errors import UserError
+from kqe.core.io import open_log, write_atomic, write_record
+from kqe.core.workspace import Workspace
+from tests.test_report import rows, run_summary
+
+
+def outside_tree(tmp_path: Path) -> tuple[Path, dict[Path, bytes]]:
+    """A folder outside the results tree, with files whose bytes the test checks afterwards."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    files = {
+        outside / "keep.md": b"# mine\n",
+        outside / "keep.png": b"\x89PNG mine",
+        outside / "a.log": b"A\n",
+    }
+    for path, data in files.items():
+        path.write_bytes(data)
+    return outside, files
+
+
+def assert_intact(outside: Path, files: dict[Path, bytes]) -> None:
+    assert sorted(outside.iterdir()) == sorted(files)
+    for path, data in files.items():
+        assert path.read_bytes() == data, path
+
+
+@pytest.fixture
+def board(tmp_path: Path) -> Path:
+    path = tmp_path / "results" / "gemma3-270m" / "leaderboard.csv"
+    write_leaderboard(path, rows())
+    write_record(path.parent / "run.json", run_summary(rows()))
+    return path
+
+
+def test_report_deletes_only_the_cards_and_plots_it_wrote(board: Path) -> None:
+    mine = {board.parent / "cards" / "my-notes.md": b"notes", board.parent / "plots" / "mine.png": b"png"}
+    for path, data in mine.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    write_report(board)
+    fewer = [r for r in rows() if r.checkpoint != "awq-w4a16-en"]
+    write_leaderboard(board, fewer)
+    write_record(board.parent / "run.json", run_summary(fewer))
+    write_report(board)
+    assert not (board.parent / "cards" / "awq-w4a16-en.md").exists()  # its own stale card: gone
+    for path, data in mine.items():  # the user's files: untouched
+        assert path.read_bytes() == data
+
+
+def test_a_forged_list_of_written_files_deletes_nothing_outside(board: Path, tmp_path: Path) -> None:
+    outside, files = outside_tree(tmp_path)
+    escape = os.path.relpath(outside / "keep.md", board.parent / "cards")
+    (board.parent / ".report-files.json").write_text(f'["cards/{escape}", "../outside/keep.png"]')
+    write_report(board)
+    assert_intact(outside, files)
+
+
+@pytest.mark.parametrize("folder", ["cards", "plots"])
+def test_report_refuses_a_linked_output_folder(board: Path, tmp_path: Path, folder: str) -> None:
+    outside, files = outside_tree(tmp_path)
+    (board.parent / folder).symlink_to(outside, target_is_directory=True)
+    result = CliRunner().invoke(report_command, ["--leaderboard", str(board)])
+    assert result.exit_code == 2, result.output
+    [line] = [line for line in result.output.splitlines() if line.strip()]
+    assert f"{board.parent / folder} is a symbolic link" in line and "remove the link" in line
+    assert_intact(outside, files)
+
+
+def test_a_linked_server_log_or_pid_file_is_refused_before_anything_runs(
+    tmp_path: Path, tiny_model_dir: Path, workspace: Workspace
+) -> None:
+    outside, files = outside_tree(tmp_path)
+    logs = tmp_path / "results" / "tiny" / "logs"
+    logs.mkdir(parents=True)
+    for name in ("tiny.abc.log", "tiny.abc.pid"):
+        link = logs / name
+        link.symlink_to(outside / "a.log")
+        server = VllmServer(tiny_model_dir, "tiny", load_profile("cpu-ci"), workspace, logs / "tiny.abc.log")
+        with pytest.raises(UserError, match=f"{link} is a symbolic link"):
+            server.start()
+        assert server.pid is None
+        link.unlink()
+    assert_intact(outside, files)
+
+
+def test_writes_refuse_a_link_at_the_file(tmp_path: Path) -> None:
+    outside, files = outside_tree(tmp_path)
+    (tmp_path / "run.json").symlink_to(outside / "a.log")
+    (tmp_path / "build.log").symlink_to(outside / "a.log")
+    with pytest.raises(UserError, match="symbolic link"):
+        write_atomic(tmp_path / "run.json", "{}")
+    with pytest.raises(UserError, match="symbolic link"):
+        open_log(tmp_path / "build.log")
+    assert_intact(outside, files)
+
+
+@pytest.mark.parametrize(
+    "text", ["[/x] closes nothing", "a [bold]tag[/bold] and [link=x]", "\x1b[2J\x1b]0;pwned\x07"]
+)
+def test_error_text_is_printed_literally_without_control_sequences(
+    text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def fail() -> None:
+        raise UserError(f"model {text}: not found")
+
+    with pytest.raises(SystemExit) as stop:
+        run_guarded(fail)
+    assert stop.value.code == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert "\x1b" not in line and "\x07" not in line
+    shown = text.replace("\x1b[2J", "").replace("\x1b]0;pwned\x07", "")
+    assert f"kqe: error: model {shown}: not found" == line
+
+
+def test_the_internal_error_handler_survives_an_unwritable_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "home"
+    home.write_text("a file where the cache folder should be")  # nothing can be written under it
+    monkeypatch.setenv("KQE_HOME", str(home))
+
+    def bug() -> None:
+        raise RuntimeError("[/x] a bug")
+
+    with pytest.raises(SystemExit) as stop:
+        run_guarded(bug)
+    assert stop.value.code == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "RuntimeError: [/x] a bug" in err  # the traceback went to stderr
+    assert err.splitlines()[-1].startswith("kqe: internal error: RuntimeError: [/x] a bug (traceback above")
