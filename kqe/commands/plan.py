@@ -107,9 +107,7 @@ def render(result: Plan) -> str:
 @click.option(
     "--max-num-seqs", type=click.IntRange(min=1), help="Requests at once (default: vLLM's, 256 on GPU)."
 )
-@click.option(
-    "--gpu-memory-utilization", type=Number(), help="Share of GPU memory vLLM may use (0.92)."
-)
+@click.option("--gpu-memory-utilization", type=Number(), help="Share of GPU memory vLLM may use (0.92).")
 @click.option("--kv-cache-dtype", default="auto", show_default=True, help="auto, fp8, fp8_e4m3, …")
 @click.option(
     "--kv-cache-gib",
