@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -22,6 +23,7 @@ from kqe.commands.models import models_command
 from kqe.commands.plan import plan_command
 from kqe.commands.quantize import quantize_command
 from kqe.commands.report import report_command
+from kqe.core.text import printable
 
 
 class _OneLineUsageErrors(click.Group):
@@ -36,6 +38,13 @@ class _OneLineUsageErrors(click.Group):
             sys.exit(2)
 
 
+def _printable_record(record: logging.LogRecord) -> bool:
+    """Log lines echo names and paths from input files: no control sequence of theirs reaches the terminal."""
+    with contextlib.suppress(TypeError, ValueError):  # a malformed record is the handler's to report
+        record.msg, record.args = printable(record.getMessage()), None
+    return True
+
+
 @click.group(cls=_OneLineUsageErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", is_flag=True, help="Log debug detail.")
 def main(verbose: bool) -> None:
@@ -44,10 +53,10 @@ def main(verbose: bool) -> None:
 
     `kqe eval` runs the whole matrix for one model and writes results/<model>/leaderboard.csv.
     """
+    handler = RichHandler(console=console, show_path=False, show_time=False)
+    handler.addFilter(_printable_record)
     logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(message)s",
-        handlers=[RichHandler(console=console, show_path=False, show_time=False)],
+        level=logging.DEBUG if verbose else logging.INFO, format="%(message)s", handlers=[handler]
     )
     for noisy in ("httpx", "urllib3", "datasets", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

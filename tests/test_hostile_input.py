@@ -9,6 +9,7 @@ the real entry point in a subprocess.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -208,13 +209,50 @@ def test_a_bom_leaderboard_reads_like_the_plain_one(cases_dir: Path) -> None:
     assert read_leaderboard(bom) == read_leaderboard(cases_dir / "good.csv")
 
 
-def test_compare_json_is_valid_json_whatever_the_numbers(cases_dir: Path, tmp_path: Path) -> None:
-    items = [{"task": "mmlu", "item_id": f"q{i}", "correct": i % 2 == 0} for i in range(4)]
-    path = tmp_path / "items.jsonl"
-    path.write_text("".join(json.dumps(item) + "\n" for item in items), encoding="utf-8")
-    result = CliRunner().invoke(main, ["compare", str(path), str(path), "--json"])
+def test_compare_json_is_valid_json_whatever_the_numbers(tmp_path: Path) -> None:
+    sure, never = [0.0, -1e308, -1e308, -1e308], [-1e308, 0.0, -1e308, -1e308]  # KL between them: inf
+    paths = []
+    for name, logprobs in (("base", (sure, never)), ("cand", (never, sure))):
+        lines = [
+            {"task": "mmlu", "item_id": f"q{i}", "correct": lp is sure, "gold": 0, "choice_logprobs": lp}
+            for i, lp in enumerate(logprobs)
+        ]
+        paths.append(tmp_path / f"{name}.jsonl")
+        paths[-1].write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    result = CliRunner().invoke(main, ["compare", *map(str, paths), "--json"])
     assert result.exit_code == 0, result.output
-    json.loads(result.stdout, parse_constant=lambda name: pytest.fail(f"bare {name} in JSON"))
+    report = json.loads(result.stdout, parse_constant=lambda name: pytest.fail(f"bare {name} in JSON"))
+    assert report["mmlu"]["mean_kl"] is None  # inf is no number a JSON reader takes
+
+
+def test_names_from_a_shared_leaderboard_cannot_break_the_report(tmp_path: Path) -> None:
+    from evals.reporting.report import write_report
+
+    named = {"checkpoint": "<img src=x>|evil", "calibration": "a\nb"}
+    hostile = [r.model_copy(update=named) if r.scheme == "fp8-dynamic" else r for r in rows()]
+    board = tmp_path / "gemma3-270m" / CSV
+    write_leaderboard(board, hostile)
+    text = write_report(board).read_text(encoding="utf-8")
+    assert "<img" not in text and "&lt;img src=x&gt;\\|evil" in text
+    table: list[int] = []  # unescaped `|` per line of each Markdown table: equal within a table
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("|"):
+            table.append(len(re.findall(r"(?<!\\)\|", line)))
+        elif table:
+            assert len(set(table)) == 1, table
+            table = []
+
+
+def test_escape_sequences_in_an_input_file_never_reach_the_terminal(tmp_path: Path) -> None:
+    log = tmp_path / "vllm.log"
+    log.write_text(
+        "INFO \x1b]0;owned\x07 starting\n\x1b[31mtorch.OutOfMemoryError: CUDA out of memory. Tried to "
+        "allocate 2.00 GiB. GPU 0 has a total capacity of 23.64 GiB of which 1.00 GiB is free.\x1b[0m\n",
+        encoding="utf-8",
+    )
+    result = CliRunner().invoke(main, ["doctor", str(log)])
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output and "\x07" not in result.output and "out of memory" in result.output
 
 
 def test_two_extras_with_one_folder_name_are_refused_before_any_build(

@@ -131,8 +131,11 @@ def test_empty_leaderboard_is_an_error(tmp_path: Path) -> None:
 
 
 def test_aggregate_holds_every_model_of_this_schema(tmp_path: Path) -> None:
-    write_leaderboard(tmp_path / "model-a" / "leaderboard.csv", [sample_row()])
-    write_leaderboard(tmp_path / "model-b" / "leaderboard.csv", [sample_row(), sample_row()])
+    def row(model: str, checkpoint: str = "awq-w4a16"):
+        return sample_row().model_copy(update={"model": model, "checkpoint": checkpoint})
+
+    write_leaderboard(tmp_path / "model-a" / "leaderboard.csv", [row("model-a")])
+    write_leaderboard(tmp_path / "model-b" / "leaderboard.csv", [row("model-b"), row("model-b", "fp8")])
     stale = tmp_path / "model-c" / "leaderboard.csv"
     write_leaderboard(stale, [sample_row()])
     lines = stale.read_text().splitlines()

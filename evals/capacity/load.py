@@ -132,7 +132,7 @@ class LoadSettings:
 def parse_concurrency(text: str) -> tuple[int, ...]:
     """`1,4,8` → (1, 4, 8); UserError for anything but positive whole numbers."""
     parts = [part.strip() for part in text.split(",")]
-    if not all(part.isdigit() and int(part) > 0 for part in parts):
+    if not all(part.isascii() and part.isdigit() and int(part) > 0 for part in parts):  # not `²`
         raise UserError(
             f"--concurrency {text!r}: give positive whole numbers separated by commas, e.g. 1,4,8"
         )
