@@ -30,7 +30,7 @@ from typing import Any
 
 from kqe.core.children import with_parent_death_signal
 from kqe.core.errors import UserError
-from kqe.core.io import open_log, read_record, sha256_file, write_atomic, write_record
+from kqe.core.io import open_writable, read_record, sha256_file, write_atomic, write_record
 from kqe.core.modelstore import LocalModel
 from kqe.core.records import SCHEMA_VERSION, CalibrationSet, Checkpoint, content_hash, package_versions
 from kqe.core.workspace import Workspace
@@ -262,7 +262,7 @@ class _Build:
 def build_lock(path: Path, name: str) -> Iterator[None]:
     """Exclusive lock on `path` for one build; another process building the same key waits."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
+    with open_writable(path, append=True) as handle:  # a link planted at the lock's name is not followed
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -336,7 +336,7 @@ def _run_child(module: str, job: OneshotJob, log_path: Path) -> tuple[int, int]:
     # the parent-death signal follows the thread that forks: only the main thread lives long enough
     if threading.current_thread() is threading.main_thread():
         command = with_parent_death_signal(command, signal.SIGKILL)
-    with open_log(log_path) as log_file:
+    with open_writable(log_path) as log_file:
         # Progress bars would fill the log with carriage-return frames; the log is read, not watched.
         env = {**os.environ, "TQDM_DISABLE": "1", "TOKENIZERS_PARALLELISM": "false"}
         child = subprocess.Popen(

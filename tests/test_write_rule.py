@@ -18,7 +18,7 @@ from evals.serving.serve import VllmServer, load_profile
 from kqe.commands.guard import run_guarded
 from kqe.commands.report import report_command
 from kqe.core.errors import UserError
-from kqe.core.io import open_log, write_atomic, write_record
+from kqe.core.io import open_writable, write_atomic, write_record
 from kqe.core.workspace import Workspace
 from tests.test_report import rows, run_summary
 
@@ -102,6 +102,15 @@ def test_a_linked_server_log_or_pid_file_is_refused_before_anything_runs(
     assert_intact(outside, files)
 
 
+def test_a_file_where_an_output_folder_belongs_is_one_line(board: Path) -> None:
+    (board.parent / "plots").write_bytes(b"mine")
+    result = CliRunner().invoke(report_command, ["--leaderboard", str(board)])
+    assert result.exit_code == 2, result.output
+    [line] = [line for line in result.output.splitlines() if line.strip()]
+    assert f"cannot make the folder {board.parent / 'plots'}" in line
+    assert (board.parent / "plots").read_bytes() == b"mine"
+
+
 def test_writes_refuse_a_link_at_the_file(tmp_path: Path) -> None:
     outside, files = outside_tree(tmp_path)
     (tmp_path / "run.json").symlink_to(outside / "a.log")
@@ -109,7 +118,7 @@ def test_writes_refuse_a_link_at_the_file(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="symbolic link"):
         write_atomic(tmp_path / "run.json", "{}")
     with pytest.raises(UserError, match="symbolic link"):
-        open_log(tmp_path / "build.log")
+        open_writable(tmp_path / "build.log")
     assert_intact(outside, files)
 
 

@@ -50,7 +50,7 @@ from evals.serving.serve_command import server_environment, vllm_command
 from evals.serving.vllm_log import telling_line
 from kqe.core.children import with_parent_death_signal
 from kqe.core.errors import UserError
-from kqe.core.io import open_log, owned_folder, refuse_link, write_atomic
+from kqe.core.io import open_writable, owned_folder, refuse_link, write_atomic
 from kqe.core.records import Engine, MemoryReport, ServeProfile
 from kqe.core.workspace import Workspace
 
@@ -220,7 +220,7 @@ class VllmServer:
     def restart(self) -> None:
         """Stop what is left of the server and start it again (new port, same key), keeping its log."""
         self.stop()
-        with open_log(self.log_path, append=True) as log_file:
+        with open_writable(self.log_path, append=True) as log_file:
             log_file.write("\n[kqe] the server ended unexpectedly; starting it again\n")
         self.start(append_log=True)
 
@@ -293,7 +293,7 @@ class VllmServer:
         if _in_main_thread():
             command = with_parent_death_signal(command, signal.SIGTERM)
         env = server_environment(os.environ, self.profile, self.ws, self.on_gpu, self.api_key)
-        with open_log(self.log_path, append=append_log) as log_file:
+        with open_writable(self.log_path, append=append_log) as log_file:
             self._process = subprocess.Popen(
                 command,
                 stdin=subprocess.DEVNULL,

@@ -85,12 +85,16 @@ def refuse_link(path: Path) -> Path:
 
 def owned_folder(path: Path) -> Path:
     """Create `path` (a folder kqe writes into) if needed; a link there is refused, not followed."""
-    refuse_link(path).mkdir(parents=True, exist_ok=True)
+    try:
+        refuse_link(path).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"cannot make the folder {path}: {err.strerror}; move what is in its place") from None
     return path
 
 
-def open_log(path: Path, *, append: bool = False) -> IO[str]:
-    """Open a log kqe writes (a server's, a build's), never following a link planted at its name."""
+def open_writable(path: Path, *, append: bool = False) -> IO[str]:
+    """Open a file kqe appends to (a log, a lock, per-item lines), never following a link planted at
+    its name."""
     owned_folder(path.parent)
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
     try:
@@ -98,15 +102,18 @@ def open_log(path: Path, *, append: bool = False) -> IO[str]:
     except OSError as err:
         if path.is_symlink():
             refuse_link(path)
-        raise UserError(f"cannot write the log {path}: {err.strerror}; check the folder's rights") from None
+        raise UserError(f"cannot write {path}: {err.strerror}; check the rights of its folder") from None
     return os.fdopen(fd, "a" if append else "w", encoding="utf-8")
 
 
 def write_atomic(path: Path, text: str | bytes) -> None:
     """Write `text` to `path` so that readers see the old file or the new one, never a torn one (a
     link at `path` is refused: replacing it would silently turn the user's link into a file)."""
-    refuse_link(path).parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        refuse_link(path).parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as err:  # a read-only or full results folder is the user's to fix, not a bug
+        raise UserError(f"cannot write {path}: {err.strerror}; check the rights of its folder") from None
     try:
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; results are meant to be shared
         with os.fdopen(fd, "wb") as handle:
@@ -115,6 +122,9 @@ def write_atomic(path: Path, text: str | bytes) -> None:
             pause_point(f"write {path.name}")  # fault tests kill here: `path` must stay as it was
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        raise UserError(f"cannot write {path}: {err.strerror}; free disk space or check its folder") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -156,7 +166,7 @@ class JsonlAppender:
         path.parent.mkdir(parents=True, exist_ok=True)
         # Rewrite what is kept first, so a torn tail line from an earlier crash is gone.
         write_atomic(path, "".join(r.model_dump_json() + "\n" for r in keep))
-        self._handle = path.open("a", encoding="utf-8")
+        self._handle = open_writable(path, append=True)
 
     def append(self, record: BaseModel) -> None:
         self._handle.write(record.model_dump_json() + "\n")
