@@ -1,4 +1,6 @@
-# ko-quant-eval: `make setup` once, then `make eval` (see README.md).
+# ko-quant-eval: `make eval` (see README.md). It, `make test` and the other targets bring the environment
+# up first: scripts/setup.sh is idempotent and takes seconds when nothing changed (`make setup` alone
+# does just that).
 MODEL ?= gemma3-270m
 SCHEMES ?= bf16,awq-w4a16,w4a16-rtn,fp8-dynamic
 CALIB ?= ko70,en100
@@ -16,24 +18,21 @@ KQE ?= .venv/bin/kqe
 .PHONY: setup eval test test-fast lint bench docs
 
 setup:
-	bash scripts/setup.sh
+	@bash scripts/setup.sh
 
-$(KQE):
-	@echo "kqe is not installed in .venv: run \`make setup\` first" >&2; exit 2
-
-eval: $(KQE)
+eval: setup
 	$(KQE) eval --model '$(MODEL)' --schemes '$(SCHEMES)' --calibration '$(CALIB)' \
 	  --tasks '$(TASKS)' --limit '$(LIMIT)' --profile '$(PROFILE)' \
 	  --target-gpu '$(TARGET_GPU)' --score-profile '$(SCORE_PROFILE)' --extra '$(EXTRA)' --recipes '$(RECIPES)' --run '$(RUN)' \
 	  $(EVAL_FLAGS)
 
-test: $(KQE)
+test: setup
 	.venv/bin/python -m pytest -q
 
-test-fast: $(KQE)
+test-fast: setup
 	.venv/bin/python -m pytest -q -m "not slow"
 
-lint: $(KQE)
+lint: setup
 	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy
 
 # Benchmarks, not tests (not in `make test`): the suite against lm-eval (hf and in-process vllm), a bare
@@ -42,11 +41,11 @@ lint: $(KQE)
 # (results/bench/). lm-eval goes into the serve venv too, for its vllm backend (it pins nothing vLLM needs).
 BENCH_SCHEMES ?= fp8-dynamic,awq-w4a16
 BENCH_FLAGS ?=
-bench: $(KQE)
+bench: setup
 	@.venv-serve/bin/python -c "import lm_eval" 2>/dev/null || .venv-serve/bin/pip install -q lm-eval==0.4.13
 	.venv/bin/python -m bench.suite_bench --quantize-schemes '$(BENCH_SCHEMES)' $(BENCH_FLAGS)
 	.venv/bin/python -m bench.stats_bench
 
 # The leaderboard column table in README.md, generated from evals/reporting/leaderboard_row.py:LeaderboardRow.
-docs: $(KQE)
+docs: setup
 	.venv/bin/python scripts/readme_columns.py

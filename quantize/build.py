@@ -10,8 +10,6 @@ child gets SIGKILL when its parent dies (`setpriv --pdeathsig`), so it cannot go
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import importlib.util
 import json
@@ -19,24 +17,20 @@ import logging
 import os
 import secrets
 import shutil
-import signal
-import subprocess
-import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kqe.core.children import with_parent_death_signal
 from kqe.core.errors import UserError
-from kqe.core.io import open_writable, read_record, sha256_file, write_atomic, write_record
+from kqe.core.io import read_record, sha256_file, write_atomic, write_record
 from kqe.core.modelstore import LocalModel
 from kqe.core.records import SCHEMA_VERSION, CalibrationSet, Checkpoint, content_hash, package_versions
 from kqe.core.workspace import Workspace
 from quantize import layout
 from quantize._oneshot import REPORT_NAME, OneshotJob
 from quantize.calibration import tokenizer_hash
+from quantize.child import build_lock, failure, run_child
 from quantize.schemes import AUTOAWQ_INSTALL, Recipe, SchemeInfo, scheme_info
 
 log = logging.getLogger(__name__)
@@ -45,7 +39,6 @@ CHECKPOINT_RECORD = "checkpoint.json"
 PACKAGES = ("llmcompressor", "compressed-tensors", "transformers", "torch")
 AUTOAWQ_PACKAGES = ("autoawq", "transformers", "torch")
 _CHILD_MODULES = {"llmcompressor": "quantize._oneshot", "autoawq": "quantize._autoawq"}
-_REPO = Path(__file__).resolve().parents[1]
 _DIGEST_CACHE = ".base-digests.json"
 """Per-file sha256 of base weights, keyed by path, size and mtime: big models are hashed once."""
 
@@ -66,8 +59,39 @@ def build_checkpoint(
     name. `bf16` copies nothing: its checkpoint is `base.folder`, described by a manifest in
     `ws.checkpoints(base.name)`.
     """
+    job = _planned_build(ws, base, scheme, recipe, calibration, name or scheme)
+    if job.info.builder == "base":
+        return _base_checkpoint(job)
+    return _quantized_checkpoint(job, progress)
+
+
+def find_checkpoint(
+    ws: Workspace,
+    base: LocalModel,
+    scheme: str,
+    recipe: Recipe,
+    calibration: CalibrationSet | None,
+    name: str,
+) -> Checkpoint | None:
+    """The checkpoint `build_checkpoint` would reuse for these inputs, or None when it would build
+    one: what a run says up front it will reuse."""
+    job = _planned_build(ws, base, scheme, recipe, calibration, name)
+    if job.info.builder == "base":
+        reused = _read_current(job.manifest)
+        return reused.model_copy(update={"name": name}) if reused else None
+    return job.reusable()
+
+
+def _planned_build(
+    ws: Workspace,
+    base: LocalModel,
+    scheme: str,
+    recipe: Recipe,
+    calibration: CalibrationSet | None,
+    name: str,
+) -> _Build:
+    """The build these inputs ask for, keyed by them; the cheap checks first (no weights are read)."""
     info = scheme_info(scheme)
-    name = name or scheme
     if not isinstance(recipe, info.recipe_type):
         raise UserError(
             f"recipe {type(recipe).__name__} is not a {scheme} recipe: use recipe_for({scheme!r})"
@@ -88,10 +112,7 @@ def build_checkpoint(
             "builder": None if info.builder == "base" else [versions[p] for p in sorted(versions)],
         }
     )
-    if info.builder == "base":
-        return _base_checkpoint(ws, base, recipe, key, versions, name)
-    job = _Build(ws, base, info, recipe, calib, key, versions, name)
-    return _quantized_checkpoint(job, progress)
+    return _Build(ws, base, info, recipe, calib, key, versions, name)
 
 
 AUTOAWQ_UNSUPPORTED = {
@@ -158,28 +179,26 @@ def layout_fields(directory: Path, base_dir: Path) -> dict[str, Any]:
     }
 
 
-def _base_checkpoint(
-    ws: Workspace, base: LocalModel, recipe: Recipe, key: str, versions: dict[str, str], name: str
-) -> Checkpoint:
-    manifest = ws.checkpoints(base.name) / f"bf16-{key}.json"
-    reused = _read_current(manifest)
+def _base_checkpoint(job: _Build) -> Checkpoint:
+    reused = _read_current(job.manifest)
     if reused is not None:
-        return reused.model_copy(update={"name": name})
+        return reused.model_copy(update={"name": job.name})
+    base = job.base
     record = Checkpoint(
-        name=name,
+        name=job.name,
         scheme="bf16",
         model=base.name,
         path=str(base.folder.resolve()),
-        recipe=recipe.model_dump(mode="json"),
+        recipe=job.recipe.model_dump(mode="json"),
         calibration_hash=None,
-        package_versions=versions,
+        package_versions=job.versions,
         wall_s=0.0,
         peak_rss_bytes=0,
         disk_bytes=weight_bytes(base.folder),
-        key=key,
+        key=job.key,
         **layout_fields(base.folder, base.folder),
     )
-    write_record(manifest, record)
+    write_record(job.manifest, record)
     return record
 
 
@@ -222,7 +241,7 @@ def verify_output(directory: Path, info: SchemeInfo, base_dir: Path) -> str | No
 
 
 class _Build:
-    """One quantized build: its inputs and where it goes."""
+    """One build: its inputs, its key and where it goes (for bf16, only its manifest)."""
 
     def __init__(
         self,
@@ -238,6 +257,7 @@ class _Build:
         self.base, self.info, self.recipe = base, info, recipe
         self.calib, self.key, self.versions, self.name = calib, key, versions, name
         self.root = ws.checkpoints(base.name)
+        self.manifest = self.root / f"bf16-{key}.json"  # bf16 copies nothing: a record of the base folder
         self.stem = f"{info.name}-{key}"
         self.final = self.root / self.stem
         self.log_path = self.root / f"{self.stem}.log"
@@ -256,22 +276,6 @@ class _Build:
             if stale.exists():
                 log.warning("%s: deleting unfinished or unverifiable %s", self.name, stale)
                 shutil.rmtree(stale)
-
-
-@contextlib.contextmanager
-def build_lock(path: Path, name: str) -> Iterator[None]:
-    """Exclusive lock on `path` for one build; another process building the same key waits."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open_writable(path, append=True) as handle:  # a link planted at the lock's name is not followed
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("%s: another process is building it; waiting for it to finish", name)
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _quantized_checkpoint(build: _Build, progress: Callable[[int, int], None] | None) -> Checkpoint:
@@ -300,9 +304,9 @@ def _quantized_checkpoint(build: _Build, progress: Callable[[int, int], None] | 
             progress(0, 1)
         log.info("%s: building in a child process (log: %s)", build.name, build.log_path)
         started = time.monotonic()
-        status, peak_rss = _run_child(_CHILD_MODULES[build.info.builder], job, build.log_path)
+        status, peak_rss = run_child(_CHILD_MODULES[build.info.builder], job, build.log_path, progress)
         wall = time.monotonic() - started
-        problem = _failure(status, build.log_path) or verify_output(tmp, build.info, build.base.folder)
+        problem = failure(status, build.log_path) or verify_output(tmp, build.info, build.base.folder)
         if problem:
             shutil.rmtree(tmp, ignore_errors=True)
             what = f"{build.name} build of {build.base.name}"
@@ -328,38 +332,3 @@ def _quantized_checkpoint(build: _Build, progress: Callable[[int, int], None] | 
     if progress:
         progress(1, 1)
     return record
-
-
-def _run_child(module: str, job: OneshotJob, log_path: Path) -> tuple[int, int]:
-    """Run the build child to completion; return its wait status and its own peak RSS in bytes."""
-    command = [sys.executable, "-m", module, job.model_dump_json()]
-    # the parent-death signal follows the thread that forks: only the main thread lives long enough
-    if threading.current_thread() is threading.main_thread():
-        command = with_parent_death_signal(command, signal.SIGKILL)
-    with open_writable(log_path) as log_file:
-        # Progress bars would fill the log with carriage-return frames; the log is read, not watched.
-        env = {**os.environ, "TQDM_DISABLE": "1", "TOKENIZERS_PARALLELISM": "false"}
-        child = subprocess.Popen(
-            command, cwd=_REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            # wait4 gives this child's own rusage; RUSAGE_CHILDREN would mix in every earlier child.
-            _, status, usage = os.wait4(child.pid, 0)
-        except BaseException:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
-            raise
-        child.returncode = os.waitstatus_to_exitcode(status)
-    return child.returncode, usage.ru_maxrss * 1024
-
-
-def _failure(returncode: int, log_path: Path) -> str | None:
-    if returncode == 0:
-        return None
-    if returncode < 0:
-        name = signal.Signals(-returncode).name
-        return f"killed by {name}" + (" (out of memory?)" if name == "SIGKILL" else "")
-    lines = [line.strip() for line in log_path.read_text(encoding="utf-8", errors="replace").splitlines()]
-    errors = [line for line in lines if "Error" in line or "Exception" in line]
-    last = (errors or [line for line in lines if line] or ["no output"])[-1]
-    return f"exit {returncode}: {last[:300]}"

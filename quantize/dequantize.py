@@ -34,7 +34,8 @@ from kqe.core.records import Checkpoint, Record, content_hash
 from kqe.core.workspace import Workspace
 from quantize import layout
 from quantize._oneshot import REPORT_NAME
-from quantize.build import CHECKPOINT_RECORD, build_lock
+from quantize.build import CHECKPOINT_RECORD
+from quantize.child import build_lock
 from quantize.formats import quant_facts
 
 log = logging.getLogger(__name__)

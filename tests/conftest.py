@@ -26,6 +26,16 @@ def built(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dic
     return build_every_scheme(tmp_path_factory.mktemp("quantize"), tiny_model_dir, REPO / ".venv-serve")
 
 
+@pytest.fixture(scope="session")
+def home_with_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A KQE_HOME holding test_pipeline's small offline sources, so eval gets past its task data."""
+    from tests.test_pipeline import write_sources
+
+    home = tmp_path_factory.mktemp("home")
+    write_sources(Workspace(root=home, cache=home, serve_venv=REPO / ".venv-serve"))
+    return home
+
+
 @pytest.fixture()
 def workspace(tmp_path: Path) -> Workspace:
     """A workspace whose results and cache live in a temporary folder; serve env is the repo's."""

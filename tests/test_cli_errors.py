@@ -72,14 +72,12 @@ def test_help_explains_every_command(tmp_path: Path) -> None:
         assert result.returncode == 0 and "Usage:" in result.stdout
 
 
-def test_make_eval_before_setup_says_run_setup(tmp_path: Path) -> None:
-    result = subprocess.run(
-        ["make", "-s", "eval", f"KQE={tmp_path / 'missing' / 'kqe'}"], cwd=REPO, capture_output=True,
-        text=True, timeout=60,
-    )  # fmt: skip
-    assert result.returncode == 2
-    assert "run `make setup` first" in result.stderr
-    assert "Traceback" not in result.stderr
+@pytest.mark.parametrize(("target", "then"), [("eval", ".venv/bin/kqe eval"), ("test", "-m pytest")])
+def test_make_eval_and_make_test_set_up_first(target: str, then: str) -> None:
+    result = subprocess.run(["make", "-n", target], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    commands = [line for line in result.stdout.splitlines() if line.strip()]
+    assert commands[0] == "bash scripts/setup.sh" and then in commands[1], commands
 
 
 def test_installed_model_missing_says_run_setup(tmp_path: Path) -> None:
@@ -112,14 +110,6 @@ def test_compare_bad_input_is_one_line(
     (tmp_path / "cand.jsonl").write_text(cand_rows)
     result = run_kqe("compare", "base.jsonl", "cand.jsonl", *options, cwd=tmp_path, home=tmp_path / "home")
     assert_one_line_error(result, *needles)
-
-
-@pytest.fixture(scope="module")
-def home_with_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A KQE_HOME holding test_pipeline's small offline sources, so eval gets past its task data."""
-    home = tmp_path_factory.mktemp("home")
-    write_sources(Workspace(root=home, cache=home, serve_venv=REPO / ".venv-serve"))
-    return home
 
 
 @pytest.fixture(scope="module")

@@ -18,9 +18,7 @@ from click.testing import CliRunner, Result
 
 from evals.reporting.leaderboard import write_leaderboard
 from kqe.cli import main
-from kqe.core.workspace import Workspace
 from tests.conftest import REPO
-from tests.test_pipeline import write_sources
 from tests.test_report import rows
 
 CSV = "leaderboard.csv"
@@ -176,13 +174,6 @@ CASES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (("load", "--model", "{tiny}", "--profile", "nope"), ("nope",)),
     (("models", "extra-arg"), ("extra-arg",)),
 ]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def home_with_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    home = tmp_path_factory.mktemp("home")
-    write_sources(Workspace(root=home, cache=home, serve_venv=REPO / ".venv-serve"))
-    return home
 
 
 @pytest.fixture(scope="module")

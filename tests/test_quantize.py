@@ -83,7 +83,7 @@ def test_group_size_error_comes_before_any_child(
     def no_child(*args: object) -> None:
         raise AssertionError("a child was started for a recipe the layers cannot take")
 
-    monkeypatch.setattr(build, "_run_child", no_child)
+    monkeypatch.setattr(build, "run_child", no_child)
     recipe = recipe_for("w4a16-rtn", {"group_size": 96})  # 256 and 512 are not multiples of 96
     with pytest.raises(UserError, match=r"w4a16-rtn of tiny: group_size 96 does not divide the input width"):
         build_checkpoint(workspace, LocalModel("tiny", tiny_model_dir), "w4a16-rtn", recipe, None)
@@ -221,7 +221,7 @@ def test_second_build_is_reused_without_running(
     def no_child(*args: object) -> None:
         raise AssertionError("a finished checkpoint was rebuilt")
 
-    monkeypatch.setattr(build, "_run_child", no_child)
+    monkeypatch.setattr(build, "run_child", no_child)
     for scheme, first in built["ckpts"].items():
         again = build_checkpoint(
             built["ws"],
@@ -406,3 +406,22 @@ def test_extra_checkpoints_are_scored_refused_or_failed_in_the_matrix(
     summary = read_record(board.parent / "run.json", RunSummary)
     assert {"ext-broken"} <= set(summary.failures) <= {"ext-static-fp8", "ext-broken"}
     assert "--extra" in summary.command and str(extras["hub-awq"]) in summary.command
+
+
+def test_a_build_reports_the_layer_groups_its_child_has_done(tmp_path: Path) -> None:
+    from quantize._oneshot import OneshotJob
+    from quantize.child import run_child
+
+    job = OneshotJob(
+        base_dir="/x",
+        out_dir=str(tmp_path),
+        scheme="awq-w4a16",
+        recipe={},
+        calibration_path=None,
+        seq_len=None,
+    )
+    seen: list[tuple[int, int]] = []
+    status, _ = run_child("tests.fake_build_child", job, tmp_path / "build.log", lambda *p: seen.append(p))
+    assert status == 0
+    assert seen and seen == sorted(seen) and {total for _, total in seen} == {3}
+    assert (1, 3) in seen or (2, 3) in seen  # groups under way were reported while it ran

@@ -85,12 +85,17 @@ def run_summary(board: list[LeaderboardRow]) -> RunSummary:
     )  # fmt: skip
 
 
-@pytest.fixture
-def board(tmp_path: Path) -> Path:
-    path = tmp_path / "results" / "gemma3-270m" / "leaderboard.csv"
+def write_board(root: Path) -> Path:
+    """The leaderboard of `rows()` with its run.json, under `root/results/gemma3-270m/`."""
+    path = root / "results" / "gemma3-270m" / "leaderboard.csv"
     write_leaderboard(path, rows())
     write_record(path.parent / "run.json", run_summary(rows()))
     return path
+
+
+@pytest.fixture
+def board(tmp_path: Path) -> Path:
+    return write_board(tmp_path)
 
 
 def test_report_renders_plots_cards_and_mentions_every_checkpoint(board: Path) -> None:
@@ -155,3 +160,15 @@ def test_unreadable_run_json_is_one_line_through_the_command(board: Path) -> Non
     assert result.exit_code == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "run.json" in lines[0] and "make eval" in lines[0]
+
+
+def test_terminal_summary_has_one_aligned_line_per_checkpoint() -> None:
+    from evals.reporting.summary import summary_table
+
+    failed = rows()[3].model_copy(update={"status": "failed: engine would not start"})
+    lines = summary_table([*rows()[:3], failed])
+    assert lines[0].split("  ")[0] == "checkpoint" and "KMMLU Δ [95% CI]" in lines[0]
+    assert len(lines) == 5 and lines[1].startswith("bf16 ") and "(base)" in lines[1]
+    column = lines[0].index("KMMLU Δ")
+    assert lines[2][column:].startswith("-2.0 [-6.0, +2.0]")  # Δ and CI in points, under their head
+    assert "inconclusive — n too small" in lines[2] and "failed: engine would not start" in lines[4]

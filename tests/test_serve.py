@@ -382,3 +382,16 @@ def test_gpu_command_carries_tp_kv_dtype_and_fixed_kv_pool() -> None:
         flag_value(vllm_command(VLLM_BIN, Path("/m"), "bf16", offloaded, 1, on_gpu=True), "--cpu-offload-gb")
         == "11"
     )
+
+
+def test_startup_seconds_reads_the_log_from_first_stamp_to_serving() -> None:
+    from evals.serving.vllm_log import startup_seconds
+
+    log = (
+        "INFO 12-01 12:43:16 [utils.py:253] non-default args: {'model': '/m'}\n"
+        "(EngineCore pid=9) INFO 12-01 12:44:01 [core.py:90] Initializing a V1 LLM engine\n"
+        "(APIServer pid=8) INFO 12-01 12:45:09 [entry.py:140] Starting vLLM server on http://127.0.0.1:39013\n"
+    )
+    assert startup_seconds(log) == 113.0
+    assert startup_seconds(log.rsplit("(APIServer", 1)[0]) is None  # it never got to serving
+    assert startup_seconds("no stamps at all") is None

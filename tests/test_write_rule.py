@@ -20,7 +20,7 @@ from kqe.commands.report import report_command
 from kqe.core.errors import UserError
 from kqe.core.io import open_writable, write_atomic, write_record
 from kqe.core.workspace import Workspace
-from tests.test_report import rows, run_summary
+from tests.test_report import rows, run_summary, write_board
 
 
 def outside_tree(tmp_path: Path) -> tuple[Path, dict[Path, bytes]]:
@@ -45,10 +45,7 @@ def assert_intact(outside: Path, files: dict[Path, bytes]) -> None:
 
 @pytest.fixture
 def board(tmp_path: Path) -> Path:
-    path = tmp_path / "results" / "gemma3-270m" / "leaderboard.csv"
-    write_leaderboard(path, rows())
-    write_record(path.parent / "run.json", run_summary(rows()))
-    return path
+    return write_board(tmp_path)
 
 
 def test_report_deletes_only_the_cards_and_plots_it_wrote(board: Path) -> None:

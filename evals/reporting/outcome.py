@@ -35,6 +35,10 @@ class CheckpointOutcome:
     """What vLLM reserved where its items were scored."""
     items: dict[str, list[ItemResult]] = field(default_factory=dict)
     """Task → per-item results."""
+    built: bool = False
+    """Whether this run built it (False: reused, found, or not built at all)."""
+    served: bool = False
+    """Whether this run started a server for it (False: every stage was scored already)."""
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,28 @@ def read_log(path: Path) -> str:
     return text
 
 
+_STAMP = re.compile(r" (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d) \[")
+_SERVING = "Starting vLLM server on "
+
+
+def startup_seconds(log_text: str) -> float | None:
+    """Seconds from a server log's first stamped line to `Starting vLLM server on …` (its start
+    before it answers), None when the log never got there. Stamps hold no year: a start across New
+    Year is not timed."""
+    first = ready = None
+    for line in log_text.splitlines():
+        found = _STAMP.search(line)
+        if found is None:
+            continue
+        month, day, hour, minute, second = map(int, found.groups())
+        stamp = (((month * 31 + day) * 24 + hour) * 60 + minute) * 60 + second
+        first = stamp if first is None else first
+        if _SERVING in line:
+            ready = stamp
+            break
+    return None if first is None or ready is None or ready < first else float(ready - first)
+
+
 def telling_line(log_text: str, limit: int = 300) -> str | None:
     """The log message that best says why a start failed, cut to `limit` characters: the last
     exception that is not a generic wrapper ("See root cause above"), else the last ERROR message."""

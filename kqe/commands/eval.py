@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
@@ -169,8 +170,7 @@ def eval_command(**options: Any) -> None:
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console) as progress:
             board = run_eval(cfg, Workspace.from_env(), ProgressDisplay(progress))
-        echo(board.read_text(encoding="utf-8"), nl=False)
-        console.print(f"leaderboard: {printable(str(board))}", highlight=False, markup=False)
+        _print_answer(cfg, board)
         # a checkpoint this device cannot serve is a finding (its status says why), not a failure
         failed = [row.checkpoint for row in read_leaderboard(board) if row.status.startswith("failed")]
         if failed:
@@ -180,6 +180,33 @@ def eval_command(**options: Any) -> None:
             )
 
     run_guarded(action)
+
+
+def _print_answer(cfg: Any, board: Path) -> None:
+    """The run's answer on the terminal: whether anything was new, one line per checkpoint, what
+    `kqe choose` recommends for the target, and where the files are."""
+    from evals.planning.decide import choose
+    from evals.reporting.leaderboard import read_leaderboard
+    from evals.reporting.report import read_run_summary
+    from evals.reporting.summary import summary_table
+    from kqe.commands.choose import load_target
+
+    rows, run = read_leaderboard(board), read_run_summary(board)
+    if run is not None and not run.built and not run.served:
+        console.print(
+            f"everything reused: no checkpoint built, no server started ({len(rows)} checkpoints); "
+            "the answer of the earlier run:", highlight=False, markup=False,
+        )  # fmt: skip
+    echo("\n".join(summary_table(rows)))
+    if cfg.target_gpu:
+        try:  # the run is done whatever choose says: its answer is a finding, not a failure
+            target = load_target(board, rows, cfg.target_gpu, None, cfg.profile)
+            echo("\n".join(choose(rows, target, "kmmlu", 1.0, 1.0).lines))
+        except UserError as exc:
+            echo(f"kqe choose: {exc}")
+    else:
+        echo(f"to choose for your GPU: kqe choose --leaderboard {board} --gpu rtx4090 (see kqe plan --help)")
+    echo(f"leaderboard: {board}\nreport: {board.parent / 'report.md'}")
 
 
 def _profile(options: dict[str, Any]) -> str:

@@ -3,6 +3,8 @@ the run summary that links every leaderboard number to its files."""
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from kqe.core.records import SCHEMA_VERSION, CalibrationSet, Checkpoint, MemoryReport, Record, ServeProfile
 
 
@@ -177,3 +179,7 @@ class RunSummary(Record):
     calibration control where the run has one (`base` is then that control)."""
     memory: dict[str, MemoryReport]
     """Checkpoint name → what vLLM reserved for it."""
+    built: list[str] = Field(default_factory=list)
+    """Checkpoints this run built (the others were reused from earlier runs)."""
+    served: list[str] = Field(default_factory=list)
+    """Checkpoints this run started a server for (the others had every stage scored already)."""

@@ -26,12 +26,14 @@ from evals.statistics import averages, stats
 from evals.tasks.ko_rag import metrics as rag_metrics
 from evals.tasks.ko_rag import task as rag_task
 from kqe.core.errors import UserError
-from kqe.core.io import read_jsonl, read_record, sha256_of, write_record
-from kqe.core.records import Checkpoint, MemoryReport, content_hash
+from kqe.core.io import read_jsonl, read_record, write_record
+from kqe.core.records import Checkpoint, MemoryReport
 from kqe.core.results import Comparison, ItemResult, Perplexity, RunSummary, ScoreRun
 from kqe.core.workspace import Workspace
 from kqe.pipeline.config import EvalConfig, Progress, RunMatrix, prepare_matrix
 from kqe.pipeline.matrix import BASE, MatrixEntry
+from kqe.pipeline.preview import preview
+from kqe.pipeline.stages import servability, stage_files
 from quantize import build, catalog, dequantize, external
 
 log = logging.getLogger(__name__)
@@ -42,6 +44,8 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:
     started = time.perf_counter()
     matrix = prepare_matrix(cfg, ws, progress)
     log.info("serving device: %s", hardware.describe(hardware.local_device(ws.serve_venv)))
+    for line in preview(matrix):
+        log.info("%s", line)
     outcomes = {entry.name: _evaluate_checkpoint(matrix, entry) for entry in matrix.plan.entries}
     failures = {name: o.status for name, o in outcomes.items() if o.status != "ok"}
     base = outcomes[BASE]
@@ -65,6 +69,8 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:
         checkpoints=[o.checkpoint for o in outcomes.values() if o.checkpoint is not None],
         score_runs=[run for o in outcomes.values() for run in o.runs.values()],
         memory={name: o.memory for name, o in outcomes.items() if o.memory is not None},
+        built=[name for name, o in outcomes.items() if o.built],
+        served=[name for name, o in outcomes.items() if o.served],
     )  # fmt: skip
     write_record(matrix.board_dir / "run.json", summary)
     write_record(matrix.board_dir / "placement.json", matrix.plan.placement)
@@ -105,13 +111,13 @@ def _findings(
     if matrix.rag is not None:
         cells |= rag_metrics.checkpoint_cells(outcome.items, base_items, matrix.rag.skipped)
     cells |= _perplexity_cells(matrix, ckpt, base.checkpoint) | placement
-    load_path = _load_path(matrix, ckpt)
+    files = stage_files(matrix, ckpt)
     return RowFindings(
         profile, command, memory=_row_memory(matrix, outcome), base_memory=_row_memory(matrix, base),
         vs_base=vs_base, calibration_control=matrix.references.get(outcome.name),
         vs_control=_calibration_effect(control, outcome),
-        capacity=read_record(load_path, load.LoadReport) if load_path.exists() else None,
-        engine_versions=_engine_versions(matrix), cells=cells, serving=_servability(matrix, ckpt).note,
+        capacity=files.capacity(),
+        engine_versions=_engine_versions(matrix), cells=cells, serving=servability(matrix, ckpt).note,
     )  # fmt: skip
 
 
@@ -140,21 +146,21 @@ def _evaluate_checkpoint(matrix: RunMatrix, entry: MatrixEntry) -> CheckpointOut
         log.warning("%s: %s", entry.name, placement.reason)
         return _outcome(matrix, entry, placement.reason or "not scored")
     try:
-        matrix.progress(f"build {entry.name}", 0, 1)
-        ckpt = _checkpoint(matrix, entry)
-        matrix.progress(f"build {entry.name}", 1, 1)
+        ckpt, built = _checkpoint(matrix, entry)
     except UserError as exc:
         return _failed(matrix, entry, exc, None)
-    verdict = _servability(matrix, ckpt)
+    verdict = servability(matrix, ckpt)
     if not verdict.servable:  # said up front instead of a server that would crash
         log.warning("%s: %s", entry.name, verdict.note)
-        return _outcome(matrix, entry, verdict.note, ckpt)
+        return _outcome(matrix, entry, verdict.note, ckpt, built=built)
     try:
-        runs, memory = _score_checkpoint(matrix, ckpt)
+        runs, memory, served = _score_checkpoint(matrix, ckpt)
     except UserError as exc:
         return _failed(matrix, entry, exc, ckpt)
     items = {task: read_jsonl(Path(run.items_path), ItemResult) for task, run in runs.items()}
-    return _outcome(matrix, entry, "ok", ckpt, runs=runs, memory=memory, items=items)
+    return _outcome(
+        matrix, entry, "ok", ckpt, runs=runs, memory=memory, items=items, built=built, served=served
+    )
 
 
 def _outcome(
@@ -165,29 +171,19 @@ def _outcome(
     return CheckpointOutcome(matrix.model, entry.name, scheme, entry.mix or "none", status, ckpt, **stages)
 
 
-def _checkpoint(matrix: RunMatrix, entry: MatrixEntry) -> Checkpoint:
-    """The entry's checkpoint: a pre-quantized extra (checked against the base), or a build (reused)."""
+def _checkpoint(matrix: RunMatrix, entry: MatrixEntry) -> tuple[Checkpoint, bool]:
+    """The entry's checkpoint, and whether this run built it: a pre-quantized extra (checked against
+    the base), a finished build of the same inputs, or a new build (progress by layer groups)."""
     reference = matrix.plan.extras.get(entry.name)
     if reference is not None:
-        return external.external_checkpoint(matrix.ws, matrix.base, reference)
+        return external.external_checkpoint(matrix.ws, matrix.base, reference), False
     recipe, calib = matrix.plan.recipes[entry.scheme], matrix.calibs.get(entry.mix or "")
-    return build.build_checkpoint(matrix.ws, matrix.base, recipe.scheme, recipe, calib, name=entry.name)
-
-
-def _servability(matrix: RunMatrix, ckpt: Checkpoint) -> hardware.Verdict:
-    """Whether the engine and device of this machine serve `ckpt` under its scoring profile, and how."""
-    device = hardware.local_device(matrix.ws.serve_venv)
-    return hardware.check_checkpoint(Path(ckpt.path), device, matrix.score_profile(ckpt.name).dtype)
-
-
-def _served_parts(matrix: RunMatrix, ckpt: Checkpoint) -> list[str | dict]:
-    """What a checkpoint's served results depend on besides their own inputs: its build, its scoring
-    profile and, when it is served through its dequantized weights, that (a native run keys as it
-    always did)."""
-    parts: list[str | dict] = [ckpt.key, matrix.score_profile(ckpt.name).key]
-    if _servability(matrix, ckpt).dequantize:
-        parts.append({"served": "dequantized", "dequantizer": dequantize.DEQUANTIZER_VERSION})
-    return parts
+    found = build.find_checkpoint(matrix.ws, matrix.base, recipe.scheme, recipe, calib, entry.name)
+    if found is not None:
+        return found, False
+    progress = partial(matrix.progress, f"build {entry.name}")
+    ckpt = build.build_checkpoint(matrix.ws, matrix.base, recipe.scheme, recipe, calib, progress, entry.name)
+    return ckpt, True
 
 
 def _failed(
@@ -197,32 +193,19 @@ def _failed(
     return _outcome(matrix, entry, f"failed: {exc}", ckpt)
 
 
-def _score_checkpoint(matrix: RunMatrix, ckpt: Checkpoint) -> tuple[dict[str, ScoreRun], MemoryReport]:
-    """Score every task through one server; no server is started when every task is already scored.
+def _score_checkpoint(matrix: RunMatrix, ckpt: Checkpoint) -> tuple[dict[str, ScoreRun], MemoryReport, bool]:
+    """Score every task through one server; no server is started when every task is already scored
+    (the last value says whether one was).
 
     A task's ScoreRun is written when its last item is in, so a finished task keeps the speed it
     was scored at, and a crash mid-task resumes from its per-item file.
     """
-    profile, stages = matrix.score_profile(ckpt.name), matrix.out / "stages"
-    stage_key = content_hash(*_served_parts(matrix, ckpt))
-    dequantized = _servability(matrix, ckpt).dequantize
-    memory_path = stages / f"{ckpt.name}.{stage_key}.memory.json"
-    # keyed by the items too: another --limit or seed scores (and resumes) a different file
-    task_items = {t: [p.item_id for p in ps] for t, ps in matrix.prompts.items()}
-    task_items |= matrix.rag.stage_items() if matrix.rag else {}
-    task_keys = {t: content_hash(stage_key, ids) for t, ids in task_items.items()}
-    run_paths = {task: stages / f"{ckpt.name}.{task}.{key}.score.json" for task, key in task_keys.items()}
-    runs = {task: read_record(path, ScoreRun) for task, path in run_paths.items() if path.exists()}
-    runs = {task: run for task, run in runs.items() if Path(run.items_path).exists()}
-    load_path = _load_path(matrix, ckpt)
-    # capacity under load belongs to the real format's kernel and the target GPU: measured only there
-    planned = matrix.plan.placement.of(ckpt.name).memory_source == "planner"
-    load_done = not matrix.cfg.load or load_path.exists() or dequantized or planned
-    ppl_path, holdout = _perplexity_stage(matrix, ckpt)
-    if memory_path.exists() and len(runs) == len(run_paths) and load_done and ppl_path.exists():
+    profile, files = matrix.score_profile(ckpt.name), stage_files(matrix, ckpt)
+    if files.complete():
         log.info("%s: every task already scored, no server needed", ckpt.name)
-        return runs, read_record(memory_path, MemoryReport)
-    log_path = matrix.out / "logs" / f"{ckpt.name}.{stage_key}.log"
+        return files.finished_runs(), files.memory_report(), False
+    runs = files.finished_runs()
+    dequantized = servability(matrix, ckpt).dequantize
     served_dir = (
         dequantize.dequantized_checkpoint(matrix.ws, ckpt, profile.dtype) if dequantized else Path(ckpt.path)
     )
@@ -230,41 +213,30 @@ def _score_checkpoint(matrix: RunMatrix, ckpt: Checkpoint) -> tuple[dict[str, Sc
     try:
         trusted = matrix.cfg.trust_remote_code
         with serve.VllmServer(
-            served_dir, ckpt.name, profile, matrix.ws, log_path, trust_remote_code=trusted
+            served_dir, ckpt.name, profile, matrix.ws, files.log, trust_remote_code=trusted
         ) as server:
             matrix.progress(f"serve {ckpt.name}", 1, 1)
             memory = server.memory()
             if dequantized:  # what the engine would report for the real format, planned
                 memory = with_checkpoint_weights(memory, ckpt.disk_bytes)
-            write_record(memory_path, memory)
-            for task in task_keys:
+            write_record(files.memory, memory)
+            for task, run_path in files.runs.items():
                 if task not in runs:
-                    items_path = matrix.out / "items" / ckpt.name / f"{task}.{task_keys[task]}.jsonl"
-                    runs[task] = _score_restarting(matrix, ckpt, server, task, items_path)
-                    write_record(run_paths[task], runs[task])
-            if not load_done:
-                write_record(load_path, _measure_load(matrix, ckpt, server))
-            if not ppl_path.exists():
-                write_record(ppl_path, _measure_perplexity(matrix, ckpt, server, holdout))
+                    runs[task] = _score_restarting(matrix, ckpt, server, task, files.items[task])
+                    write_record(run_path, runs[task])
+            if not files.load_done():
+                write_record(files.load, _measure_load(matrix, ckpt, server))
+            if not files.perplexity.exists():
+                write_record(files.perplexity, _measure_perplexity(matrix, ckpt, server))
     except serve.ServeError as exc:  # the engine would not start: say which OOM pattern, if any
-        verdict = doctor.diagnose(log_path.read_text(errors="replace"), profile).summary
+        verdict = doctor.diagnose(files.log.read_text(errors="replace"), profile).summary
         raise serve.ServeError(f"{exc}; doctor: {verdict}") from None
-    return runs, memory
+    return runs, memory, True
 
 
-def _perplexity_stage(matrix: RunMatrix, ckpt: Checkpoint) -> tuple[Path, dict[str, str]]:
-    """Where the checkpoint's perplexity on the held-out text is cached, and that text by language."""
-    holdout = catalog.holdout_texts(matrix.ws)
-    texts = {lang: sha256_of(text) for lang, text in holdout.items()}
-    window = [perplexity.WINDOW_TOKENS, perplexity.MAX_TOKENS]
-    key = content_hash(*_served_parts(matrix, ckpt), texts, window)
-    return matrix.out / "stages" / f"{ckpt.name}.{key}.perplexity.json", holdout
-
-
-def _measure_perplexity(
-    matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer, holdout: dict[str, str]
-) -> Perplexity:
+def _measure_perplexity(matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer) -> Perplexity:
     progress = partial(matrix.progress, f"perplexity {ckpt.name}")
+    holdout = catalog.holdout_texts(matrix.ws)
     return perplexity.measure_perplexity(
         server.endpoint, Path(ckpt.path), holdout, concurrency=matrix.cfg.concurrency, progress=progress
     )
@@ -274,13 +246,9 @@ def _perplexity_cells(
     matrix: RunMatrix, ckpt: Checkpoint, base: Checkpoint | None
 ) -> dict[str, float | None]:
     """The perplexity columns of a row: this checkpoint's and its change against the base."""
-    paths = {name: _perplexity_stage(matrix, c)[0] for name, c in (("ckpt", ckpt), ("base", base)) if c}
+    paths = {name: stage_files(matrix, c).perplexity for name, c in (("ckpt", ckpt), ("base", base)) if c}
     found = {name: read_record(path, Perplexity) for name, path in paths.items() if path.exists()}
     return perplexity.leaderboard_cells(found.get("ckpt"), found.get("base"))
-
-
-def _load_path(matrix: RunMatrix, ckpt: Checkpoint) -> Path:
-    return matrix.out / "stages" / f"{ckpt.name}.{content_hash(*_served_parts(matrix, ckpt))}.load.json"
 
 
 def _measure_load(matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer) -> load.LoadReport:

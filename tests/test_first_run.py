@@ -1,0 +1,79 @@
+"""A first `kqe eval` as a user sees it in a terminal: the plan and estimate up front, a progress line
+for every stage, the answer at the end; the second run says in one line that it reused everything."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kqe.core.workspace import Workspace
+from tests.conftest import REPO, needs_serve_env
+from tests.test_pipeline import write_sources
+
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\r")
+
+
+def run_in_terminal(args: list[str], cwd: Path, home: Path, timeout: float = 900) -> tuple[str, float]:
+    """`kqe ARGS` on a pseudo-terminal (rich draws its live progress there); its output without
+    escape sequences, and its wall time."""
+    master, slave = pty.openpty()
+    env = {**os.environ, "KQE_HOME": str(home), "KQE_SERVE_VENV": str(REPO / ".venv-serve"), "COLUMNS": "160"}
+    started = time.monotonic()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "kqe.cli", *args], cwd=cwd, env=env, stdin=slave, stdout=slave, stderr=slave
+    )
+    os.close(slave)
+    chunks = []
+    while time.monotonic() - started < timeout:
+        ready, _, _ = select.select([master], [], [], 1.0)
+        if ready:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+        elif child.poll() is not None:
+            break
+    child.wait(timeout=60)
+    os.close(master)
+    assert child.returncode == 0, b"".join(chunks).decode(errors="replace")[-3000:]
+    return _ANSI.sub("\n", b"".join(chunks).decode(errors="replace")), time.monotonic() - started
+
+
+@pytest.mark.slow
+@needs_serve_env
+def test_a_first_run_shows_its_plan_its_progress_and_its_answer(tiny_model_dir: Path, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    write_sources(Workspace(root=home, cache=home, serve_venv=REPO / ".venv-serve"))
+    args = [
+        "eval", "--model", str(tiny_model_dir), "--schemes", "bf16,awq-w4a16", "--calibration", "ko70",
+        "--calib-samples", "10", "--calib-seq-len", "64", "--tasks", "kmmlu_hard,mmlu", "--limit", "20",
+        "--profile", "cpu-ci",
+    ]  # fmt: skip
+    shown, wall = run_in_terminal(args, tmp_path, home)
+    assert "plan: 2 checkpoints; items per task: kmmlu_hard 20, mmlu 20" in shown
+    assert re.search(r"bf16 +the base weights, serve, score 40 items", shown)
+    assert re.search(r"awq-w4a16-ko70 +build, serve, score 40 items", shown)
+    estimate = re.search(r"estimate: about (\d+) (s|min|h) on this machine \(([^)]*)\)", shown)
+    assert estimate, shown[-3000:]
+    seconds = int(estimate.group(1)) * {"s": 1, "min": 60, "h": 3600}[estimate.group(2)]
+    assert 1 <= seconds <= 36_000
+    for stage in ("calibration sets", "build awq-w4a16-ko70", "serve bf16", "score bf16 kmmlu_hard",
+                  "score awq-w4a16-ko70 mmlu", "perplexity awq-w4a16-ko70"):  # fmt: skip
+        assert stage in shown, stage
+    assert re.search(r"checkpoint +KMMLU Δ \[95% CI\] +MMLU Δ \[95% CI\] +KMMLU verdict", shown)
+    assert re.search(r"awq-w4a16-ko70 +[+-]\d+\.\d \[", shown) and "leaderboard: " in shown
+    print(f"first run: estimate {seconds} s ({estimate.group(3)}), measured {wall:.0f} s")  # noqa: T201
+    again, _ = run_in_terminal(args, tmp_path, home)
+    assert "everything reused: no checkpoint built, no server started (2 checkpoints)" in again
+    assert "estimate: everything is done already" in again and "serve bf16" not in again
