@@ -23,7 +23,10 @@ def summary_table(rows: Sequence[LeaderboardRow]) -> list[str]:
     head += [f"{tasks[first]} verdict" if first else "verdict", "KO ppl Δ", "weights GiB", "max conc."]
     table = [head] + [_cells(row, list(tasks), first) for row in rows]
     widths = [max(len(line[column]) for line in table) for column in range(len(head))]
-    return ["  ".join(text.ljust(width) for text, width in zip(line, widths, strict=True)).rstrip() for line in table]
+    aligned = (
+        "  ".join(text.ljust(width) for text, width in zip(line, widths, strict=True)) for line in table
+    )
+    return [line.rstrip() for line in aligned]
 
 
 def _cells(row: LeaderboardRow, prefixes: list[str], first: str | None) -> list[str]:
