@@ -18,7 +18,7 @@ from kqe.core.workspace import Workspace
 from tests.conftest import REPO, needs_serve_env
 from tests.test_pipeline import write_sources
 
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\r")
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
 
 
 def run_in_terminal(args: list[str], cwd: Path, home: Path, timeout: float = 900) -> tuple[str, float]:
@@ -47,7 +47,8 @@ def run_in_terminal(args: list[str], cwd: Path, home: Path, timeout: float = 900
     child.wait(timeout=60)
     os.close(master)
     assert child.returncode == 0, b"".join(chunks).decode(errors="replace")[-3000:]
-    return _ANSI.sub("\n", b"".join(chunks).decode(errors="replace")), time.monotonic() - started
+    text = _ANSI.sub("", b"".join(chunks).decode(errors="replace")).replace("\r", "\n")
+    return text, time.monotonic() - started
 
 
 @pytest.mark.slow

@@ -6,9 +6,16 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
-from kqe.commands.guard import Number, ProgressDisplay, console, echo, run_guarded, split_list
+from kqe.commands.guard import Number, ProgressDisplay, RateColumn, console, echo, run_guarded, split_list
 from kqe.core import defaults
 from kqe.core.errors import UserError
 from kqe.core.text import json_text, printable
@@ -167,7 +174,10 @@ def eval_command(**options: Any) -> None:
         if dry_run:
             _print_plan(cfg, as_json)
             return
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        columns = (
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            RateColumn(), TextColumn("eta"), TimeRemainingColumn(),
+        )  # fmt: skip
         with Progress(*columns, console=console) as progress:
             board = run_eval(cfg, Workspace.from_env(), ProgressDisplay(progress))
         _print_answer(cfg, board)

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.progress import Progress
+from rich.progress import Progress, ProgressColumn, Task
 from rich.text import Text
 
 from kqe.core.errors import UserError
@@ -46,6 +46,14 @@ class Number(click.ParamType):
 def split_list(value: str) -> tuple[str, ...]:
     """`a, b,,c` -> ("a", "b", "c")."""
     return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+class RateColumn(ProgressColumn):
+    """Steps per second of a bar (items scored, windows read), once rich has measured it."""
+
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text("" if speed is None else f"{speed:.1f}/s")
 
 
 class ProgressDisplay:

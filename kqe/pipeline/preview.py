@@ -56,11 +56,8 @@ def recorded_rates(matrix: RunMatrix) -> Rates:
     slower = SLOWER_CPU.get(kernels.library, 1.0) if kernels else 1.0
     speeds = [r.items_per_s for r in _records(out / "stages", "*.score.json", ScoreRun) if r.items_per_s]
     ppl = [r.wall_s for r in _records(out / "stages", "*.perplexity.json", Perplexity)]
-    starts = [
-        s
-        for s in (startup_seconds(p.read_text(errors="replace")) for p in _files(out / "logs", "*.log"))
-        if s
-    ]
+    logs = (path.read_text(errors="replace") for path in _files(out / "logs", "*.log"))
+    starts = [seconds for seconds in map(startup_seconds, logs) if seconds]
     built: dict[str, list[float]] = {}
     for ckpt in _records(matrix.ws.checkpoints(matrix.model), "*/checkpoint.json", Checkpoint):
         built.setdefault(ckpt.scheme, []).append(ckpt.wall_s)

@@ -32,7 +32,7 @@ from kqe.core.results import Comparison, ItemResult, Perplexity, RunSummary, Sco
 from kqe.core.workspace import Workspace
 from kqe.pipeline.config import EvalConfig, Progress, RunMatrix, prepare_matrix
 from kqe.pipeline.matrix import BASE, MatrixEntry
-from kqe.pipeline.preview import preview
+from kqe.pipeline.preview import preview, recorded_rates
 from kqe.pipeline.stages import servability, stage_files
 from quantize import build, catalog, dequantize, external
 
@@ -209,13 +209,14 @@ def _score_checkpoint(matrix: RunMatrix, ckpt: Checkpoint) -> tuple[dict[str, Sc
     served_dir = (
         dequantize.dequantized_checkpoint(matrix.ws, ckpt, profile.dtype) if dequantized else Path(ckpt.path)
     )
-    matrix.progress(f"serve {ckpt.name}", 0, 1)
+    usual = recorded_rates(matrix).server_start_s  # a start that takes long is not a hang
+    matrix.progress(f"serve {ckpt.name} (usually ~{usual:.0f} s here)", 0, 1)
     try:
         trusted = matrix.cfg.trust_remote_code
         with serve.VllmServer(
             served_dir, ckpt.name, profile, matrix.ws, files.log, trust_remote_code=trusted
         ) as server:
-            matrix.progress(f"serve {ckpt.name}", 1, 1)
+            matrix.progress(f"serve {ckpt.name} (usually ~{usual:.0f} s here)", 1, 1)
             memory = server.memory()
             if dequantized:  # what the engine would report for the real format, planned
                 memory = with_checkpoint_weights(memory, ckpt.disk_bytes)
