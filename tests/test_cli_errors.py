@@ -74,7 +74,13 @@ def test_help_explains_every_command(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("target", "then"), [("eval", ".venv/bin/kqe eval"), ("test", "-m pytest")])
 def test_make_eval_and_make_test_set_up_first(target: str, then: str) -> None:
-    result = subprocess.run(["make", "-n", target], cwd=REPO, capture_output=True, text=True, timeout=60)
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")
+    }  # under make test
+    result = subprocess.run(
+        ["make", "--no-print-directory", "-n", target], cwd=REPO, env=env, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     commands = [line for line in result.stdout.splitlines() if line.strip()]
     assert commands[0] == "bash scripts/setup.sh" and then in commands[1], commands
