@@ -180,9 +180,10 @@ def eval_command(**options: Any) -> None:
         )  # fmt: skip
         with Progress(*columns, console=console) as progress:
             board = run_eval(cfg, Workspace.from_env(), ProgressDisplay(progress))
-        _print_answer(cfg, board)
+        rows = read_leaderboard(board)
+        _print_answer(cfg, board, rows)
         # a checkpoint this device cannot serve is a finding (its status says why), not a failure
-        failed = [row.checkpoint for row in read_leaderboard(board) if row.status.startswith("failed")]
+        failed = [row.checkpoint for row in rows if row.status.startswith("failed")]
         if failed:
             raise UserError(
                 f"{len(failed)} checkpoint(s) failed ({', '.join(failed)}): the status column of {board} "
@@ -192,16 +193,15 @@ def eval_command(**options: Any) -> None:
     run_guarded(action)
 
 
-def _print_answer(cfg: Any, board: Path) -> None:
+def _print_answer(cfg: Any, board: Path, rows: list[Any]) -> None:
     """The run's answer on the terminal: whether anything was new, one line per checkpoint, what
     `kqe choose` recommends for the target, and where the files are."""
     from evals.planning.decide import choose
-    from evals.reporting.leaderboard import read_leaderboard
     from evals.reporting.report import read_run_summary
     from evals.reporting.summary import summary_table
     from kqe.commands.choose import load_target
 
-    rows, run = read_leaderboard(board), read_run_summary(board)
+    run = read_run_summary(board)
     if run is not None and not run.built and not run.served:
         console.print(
             f"everything reused: no checkpoint built, no server started ({len(rows)} checkpoints); "

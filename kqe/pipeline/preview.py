@@ -72,9 +72,9 @@ def recorded_rates(matrix: RunMatrix) -> Rates:
     )
 
 
-def preview(matrix: RunMatrix) -> list[str]:
-    """The plan of the run in a few lines, its estimate last, with the stage that dominates it."""
-    rates = recorded_rates(matrix)
+def preview(matrix: RunMatrix, rates: Rates) -> list[str]:
+    """The plan of the run in a few lines, its estimate last (at `rates`), with the stage that
+    dominates it."""
     items = {task: len(prompts) for task, prompts in matrix.prompts.items()}
     if matrix.rag is not None:  # its generated answers, beside its choice items
         items[rag_task.TASK] = len(matrix.rag.generation)

@@ -44,9 +44,10 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:
     started = time.perf_counter()
     matrix = prepare_matrix(cfg, ws, progress)
     log.info("serving device: %s", hardware.describe(hardware.local_device(ws.serve_venv)))
-    for line in preview(matrix):
+    rates = recorded_rates(matrix)  # read once: the plan's estimate and the servers' usual start
+    for line in preview(matrix, rates):
         log.info("%s", line)
-    outcomes = {entry.name: _evaluate_checkpoint(matrix, entry) for entry in matrix.plan.entries}
+    outcomes = {e.name: _evaluate_checkpoint(matrix, e, rates.server_start_s) for e in matrix.plan.entries}
     failures = {name: o.status for name, o in outcomes.items() if o.status != "ok"}
     base = outcomes[BASE]
     rows: list[LeaderboardRow] = []
@@ -138,7 +139,7 @@ def _row_memory(matrix: RunMatrix, outcome: CheckpointOutcome) -> MemoryReport |
     return outcome.memory
 
 
-def _evaluate_checkpoint(matrix: RunMatrix, entry: MatrixEntry) -> CheckpointOutcome:
+def _evaluate_checkpoint(matrix: RunMatrix, entry: MatrixEntry, usual_start_s: float) -> CheckpointOutcome:
     """Build (or check an extra), serve and score one checkpoint; a failure, or a checkpoint this device
     cannot serve, becomes its status instead of stopping the run."""
     placement = matrix.plan.placement.of(entry.name)
@@ -154,7 +155,7 @@ def _evaluate_checkpoint(matrix: RunMatrix, entry: MatrixEntry) -> CheckpointOut
         log.warning("%s: %s", entry.name, verdict.note)
         return _outcome(matrix, entry, verdict.note, ckpt, built=built)
     try:
-        runs, memory, served = _score_checkpoint(matrix, ckpt)
+        runs, memory, served = _score_checkpoint(matrix, ckpt, usual_start_s)
     except UserError as exc:
         return _failed(matrix, entry, exc, ckpt)
     items = {task: read_jsonl(Path(run.items_path), ItemResult) for task, run in runs.items()}
@@ -193,7 +194,9 @@ def _failed(
     return _outcome(matrix, entry, f"failed: {exc}", ckpt)
 
 
-def _score_checkpoint(matrix: RunMatrix, ckpt: Checkpoint) -> tuple[dict[str, ScoreRun], MemoryReport, bool]:
+def _score_checkpoint(
+    matrix: RunMatrix, ckpt: Checkpoint, usual_start_s: float
+) -> tuple[dict[str, ScoreRun], MemoryReport, bool]:
     """Score every task through one server; no server is started when every task is already scored
     (the last value says whether one was).
 
@@ -209,7 +212,7 @@ def _score_checkpoint(matrix: RunMatrix, ckpt: Checkpoint) -> tuple[dict[str, Sc
     served_dir = (
         dequantize.dequantized_checkpoint(matrix.ws, ckpt, profile.dtype) if dequantized else Path(ckpt.path)
     )
-    usual = recorded_rates(matrix).server_start_s  # a start that takes long is not a hang
+    usual = usual_start_s  # said on the bar: a start that takes long is not a hang
     matrix.progress(f"serve {ckpt.name} (usually ~{usual:.0f} s here)", 0, 1)
     try:
         trusted = matrix.cfg.trust_remote_code
