@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from evals.scoring.score import choice_tokenizer, score_task
-from evals.serving.serve import VllmServer, load_profile
+from evals.serving.serve import VllmServer, local_profile
 from evals.tasks.prompts import PromptItem, load_prompts, prepare_tasks
 from evals.tasks.registry import LM_EVAL_TASKS
 from kqe.core.io import read_jsonl
@@ -74,7 +74,7 @@ def bench_items(
 def measure(ws: Workspace, model_dir: Path, per_task: int, runs: int, engine_runs: int) -> list[Timed]:
     """kqe's serve path, lm-eval hf, lm-eval vllm and vllm.LLM with the suite's read, on one item set."""
     data, items, warm_up = bench_items(ws, per_task)
-    profile = load_profile(PROFILE)
+    profile = local_profile(PROFILE, ws)
     ours = serve_path(ws, model_dir, profile, items, warm_up, runs)
     hf = lm_eval_backend(Path(sys.executable), "hf", model_dir, data, runs, profile)
     encoded = [_encoded(model_dir, item) for prompts in items.values() for item in prompts]

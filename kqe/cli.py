@@ -16,6 +16,7 @@ from kqe.commands.choose import choose_command
 from kqe.commands.compare import compare_command
 from kqe.commands.diff import diff_command
 from kqe.commands.doctor import doctor_command
+from kqe.commands.env import env_command
 from kqe.commands.eval import eval_command
 from kqe.commands.guard import console, say
 from kqe.commands.load import load_command
@@ -66,7 +67,7 @@ def main(verbose: bool) -> None:
 
 COMMANDS = (
     eval_command, models_command, compare_command, calibrate_command, quantize_command, plan_command,
-    doctor_command, load_command, choose_command, diff_command, report_command,
+    doctor_command, load_command, choose_command, diff_command, report_command, env_command,
 )  # fmt: skip
 for command in COMMANDS:
     main.add_command(command)

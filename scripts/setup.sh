@@ -150,4 +150,6 @@ say "fetching the offline text sources into ${KQE_HOME:-~/.cache/kqe}/sources"
 "$CORE/bin/python" -m kqe.core.sources || fail "offline sources (messages above)"
 say "installing the default model gemma3-270m into ${KQE_HOME:-~/.cache/kqe}/models"
 "$CORE/bin/python" -m kqe.core.modelstore gemma3-270m || fail "offline model install (messages above)"
+# What a run will use here, in one line (the engine's probe runs once per CPU and install, ~10 s)
+say "this machine: $("$CORE/bin/kqe" env --brief 2>&1 | tail -n 1)"
 say "done"

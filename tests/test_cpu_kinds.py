@@ -10,17 +10,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from evals.serving import hardware
+from evals.serving import cpu, hardware
 from evals.serving.memory import parse_memory, with_checkpoint_weights
 from evals.serving.serve import load_profile
-from evals.serving.serve_command import engine_env
+from evals.serving.serve_command import engine_env, vllm_command
 from kqe.core.errors import UserError
 from kqe.core.workspace import Workspace
 from quantize import dequantize
 from tests.test_schemes import CT_W4A16, FP8_DYNAMIC, INT8, facts
 
-AVX2 = hardware.Device("cpu", cpu_kernels=hardware.CpuKernels("_C_AVX2", w4a16=False))
-AVX512 = hardware.Device("cpu", cpu_kernels=hardware.CpuKernels("_C_AVX512", w4a16=True))
+AVX2 = hardware.Device("cpu", cpu_kernels=cpu.CpuKernels("_C_AVX2", w4a16=False))
+AVX512 = hardware.Device("cpu", cpu_kernels=cpu.CpuKernels("_C_AVX512", w4a16=True))
 HUB_AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm"}
 
 
@@ -52,12 +52,14 @@ def test_every_cpu_engine_gets_its_site_folder_and_an_emulated_kind_its_isa(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("KQE_CPU_ISA", raising=False)
-    native = hardware.cpu_engine_env(None)
-    assert list(native) == ["PYTHONPATH"] and native["PYTHONPATH"].endswith("evals/serving/cpu_isa")
+    native = cpu.cpu_engine_env(None)
+    assert list(native) == ["PYTHONPATH", "VLLM_CPU_NUM_OF_RESERVED_CPU"]
+    assert native["PYTHONPATH"].endswith("evals/serving/cpu_isa")
     assert (Path(native["PYTHONPATH"]) / "sitecustomize.py").is_file()
     monkeypatch.setenv("KQE_CPU_ISA", "avx2")
-    env = hardware.cpu_engine_env("/somewhere")
+    env = cpu.cpu_engine_env("/somewhere")
     assert env["ATEN_CPU_CAPABILITY"] == "avx2" and env["KQE_CPU_ISA"] == "avx2"
+    assert env["ONEDNN_MAX_CPU_ISA"] == "AVX2"  # bf16 then falls back to torch's slow path, as there
     assert env["PYTHONPATH"] == os.pathsep.join([native["PYTHONPATH"], "/somewhere"])
     ws = Workspace.from_env()
     assert engine_env(load_profile("cpu-ci"), ws, False, "k")["KQE_CPU_ISA"] == "avx2"
@@ -67,7 +69,7 @@ def test_every_cpu_engine_gets_its_site_folder_and_an_emulated_kind_its_isa(
     with pytest.raises(
         UserError, match=r"^KQE_CPU_ISA='sse4' is not a CPU kind kqe emulates: use one of avx2, avx512$"
     ):
-        hardware.cpu_engine_env(None)
+        cpu.cpu_engine_env(None)
 
 
 def test_dequantized_memory_keeps_the_kv_pool_and_plans_the_real_weights() -> None:
@@ -120,3 +122,40 @@ def test_awq_unpacking_matches_autoawq_itself() -> None:
     reference = dequantize_gemm(local["qweight"], local["qzeros"], s, 4, 128)  # [in, out], fp16
     ours = dequantize._awq_weight(local, group_size=128)
     assert torch.equal(ours.t().half(), reference)
+
+
+def test_a_native_profile_serves_bf16_only_where_the_cpu_has_it_and_gpu_profiles_stay() -> None:
+    cpu_ci = load_profile("cpu-ci")
+    assert cpu_ci.dtype == cpu.NATIVE_DTYPE == "native"
+    bf16_cpu = hardware.Device("cpu", cpu_kernels=cpu.CpuKernels("_C", w4a16=True))
+    resolved = {
+        "_C": hardware.for_device(cpu_ci, bf16_cpu).dtype,
+        "_C_AVX512": hardware.for_device(cpu_ci, AVX512).dtype,
+        "_C_AVX2": hardware.for_device(cpu_ci, AVX2).dtype,
+        "unasked": hardware.for_device(cpu_ci, hardware.Device("cpu")).dtype,
+        "turing": hardware.for_device(cpu_ci, hardware.Device("gpu", 7.5, "T4")).dtype,
+        "ada": hardware.for_device(cpu_ci, hardware.Device("gpu", 8.9, "L4")).dtype,
+    }
+    assert resolved == {
+        "_C": "bfloat16", "_C_AVX512": "float32", "_C_AVX2": "float32", "unasked": "bfloat16",
+        "turing": "float16", "ada": "bfloat16",
+    }  # fmt: skip
+    assert hardware.for_device(cpu_ci, AVX2).key != hardware.for_device(cpu_ci, bf16_cpu).key  # never reused
+    rtx = load_profile("rtx4090-16k")
+    assert hardware.for_device(rtx, AVX2) == rtx  # a GPU profile says its dtype
+    with pytest.raises(ValueError, match="not made concrete"):
+        vllm_command(Path("vllm"), Path("/m"), "m", cpu_ci, 1, on_gpu=False)
+
+
+def test_an_emulated_kind_hides_its_missing_features_and_restricts_onednn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("KQE_CPU_ISA", raising=False)
+    own = cpu.cpu_facts()
+    assert own.cores == len(os.sched_getaffinity(0)) and own.emulated is None
+    assert set(own.features) <= set(cpu.ISA_FEATURES)
+    monkeypatch.setenv("KQE_CPU_ISA", "avx2")
+    emulated = cpu.cpu_facts()
+    assert emulated.emulated == "avx2" and not set(emulated.features) & set(cpu.EMULATION_HIDES["avx2"])
+    assert set(emulated.features) <= set(own.features) and emulated.model == own.model
+    assert cpu.compute_threads(1) == 1 and cpu.compute_threads(2) == 2 and cpu.compute_threads(16) == 15

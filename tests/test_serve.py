@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from evals.serving.cpu import CpuKernels
+from evals.serving.hardware import Device, for_device
 from evals.serving.processes import group_members, kill_stale_server
-from evals.serving.serve import ServeError, VllmServer, load_profile, profile_names
+from evals.serving.serve import ServeError, VllmServer, load_profile, local_profile, profile_names
 from evals.serving.serve_command import engine_env, vllm_command
 from evals.serving.vllm_log import telling_line
 from kqe.core.errors import UserError
@@ -27,6 +29,8 @@ from tests.conftest import REPO, needs_serve_env
 LOGS = Path(__file__).parent / "data" / "vllm_logs"
 VLLM_BIN = REPO / ".venv-serve" / "bin" / "vllm"
 GiB = 1024**3
+CPU_CI = for_device(load_profile("cpu-ci"), Device("cpu", cpu_kernels=CpuKernels("_C", w4a16=True)))
+"""cpu-ci made concrete as on a CPU with AVX-512 BF16 (bfloat16), for the command-line checks."""
 
 
 def flag_value(command: list[str], flag: str) -> str:
@@ -59,7 +63,7 @@ def test_every_profile_loads_and_the_guide_profiles_exist() -> None:
 
     small = load_profile("cpu-small")
     assert (small.max_model_len, small.max_num_seqs, small.cpu_kv_cache_gib) == (2048, 8, 1.0)
-    assert small.enable_prefix_caching and small.enable_chunked_prefill and small.dtype == "bfloat16"
+    assert small.enable_prefix_caching and small.enable_chunked_prefill and small.dtype == "native"
     rtx = load_profile("rtx4090-16k")
     assert (rtx.gpu_memory_utilization, rtx.max_model_len, rtx.max_num_seqs) == (0.92, 16384, 24)
     assert load_profile("shared-gpu").gpu_memory_utilization <= 0.80
@@ -84,7 +88,7 @@ def test_a_misspelt_profile_field_is_a_one_line_user_error(tmp_path: Path) -> No
 
 
 def test_cpu_command_carries_the_profile_and_no_secret(workspace: Workspace) -> None:
-    profile = load_profile("cpu-ci")
+    profile = CPU_CI
     command = vllm_command(VLLM_BIN, Path("/models/x"), "awq-w4a16", profile, 8123, on_gpu=False)
 
     assert command[:3] == [str(VLLM_BIN), "serve", "/models/x"]
@@ -112,7 +116,7 @@ def test_cpu_command_carries_the_profile_and_no_secret(workspace: Workspace) -> 
 def test_server_listens_on_loopback_with_a_fresh_key_and_trusts_no_code_unless_asked(
     workspace: Workspace,
 ) -> None:
-    profile = load_profile("cpu-ci")
+    profile = CPU_CI
     servers = [VllmServer(Path("/m"), "m", profile, workspace, Path(f"/logs/{i}.log")) for i in range(3)]
     keys = {server.api_key for server in servers}
     assert len(keys) == 3 and all(len(key) >= 32 for key in keys)  # 24 random bytes, url-safe base64
@@ -149,7 +153,7 @@ def test_every_flag_we_pass_exists_in_the_installed_vllm() -> None:
         timeout=300,
         check=True,
     ).stdout
-    profile = load_profile("cpu-ci").model_copy(update={"cpu_offload_gib": 2.0})  # placement's fallback
+    profile = CPU_CI.model_copy(update={"cpu_offload_gib": 2.0})  # placement's fallback
     flags = {
         part
         for on_gpu in (False, True)
@@ -173,7 +177,7 @@ def test_telling_line_picks_the_cause_from_real_failure_logs() -> None:
 
 def test_missing_serve_environment_says_run_make_setup(tmp_path: Path) -> None:
     ws = Workspace(root=tmp_path, cache=tmp_path / "cache", serve_venv=tmp_path / "no-venv")
-    server = VllmServer(tmp_path, "bf16", load_profile("cpu-ci"), ws, tmp_path / "serve.log")
+    server = VllmServer(tmp_path, "bf16", local_profile("cpu-ci", ws), ws, tmp_path / "serve.log")
     with pytest.raises(UserError, match=r"serve environment missing at .*run `make setup`"), server:
         pass
 
@@ -187,7 +191,9 @@ def test_a_taken_forced_port_is_a_user_error(
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         monkeypatch.setenv("KQE_PORT", str(taken.getsockname()[1]))
-        server = VllmServer(tmp_path, "bf16", load_profile("cpu-ci"), workspace, tmp_path / "s.log")
+        server = VllmServer(
+            tmp_path, "bf16", local_profile("cpu-ci", workspace), workspace, tmp_path / "s.log"
+        )
         with pytest.raises(UserError, match=r"KQE_PORT=\d+ is not free") as caught, server:
             pass
     assert "\n" not in str(caught.value) and not server.alive()
@@ -264,7 +270,7 @@ def test_serves_scores_reports_memory_and_leaves_no_process(
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     letters = [tokenizer.encode(f" {letter}", add_special_tokens=False)[0] for letter in "ABCD"]
     prompt = tokenizer.encode("Question: 대한민국의 주권은 누구에게 있는가? Answer:")
-    profile = load_profile("cpu-ci")
+    profile = local_profile("cpu-ci", workspace)
     body = {
         "model": "bf16",
         "prompt": prompt,
@@ -312,7 +318,9 @@ def test_an_unloadable_checkpoint_is_a_one_line_serve_error(
     (broken / "config.json").write_text(json.dumps(config))
     log_path = tmp_path / "broken.log"
 
-    server = VllmServer(broken, "broken", load_profile("cpu-ci"), workspace, log_path, start_timeout_s=300)
+    server = VllmServer(
+        broken, "broken", local_profile("cpu-ci", workspace), workspace, log_path, start_timeout_s=300
+    )
     with pytest.raises(ServeError) as caught, server:
         pass
 
@@ -326,10 +334,10 @@ def test_an_unloadable_checkpoint_is_a_one_line_serve_error(
 CHILD = """
 import sys, time
 from pathlib import Path
-from evals.serving.serve import VllmServer, load_profile
+from evals.serving.serve import VllmServer, local_profile
 from kqe.core.workspace import Workspace
 ws = Workspace(root=Path(sys.argv[2]), cache=Path(sys.argv[3]), serve_venv=Path(sys.argv[4]))
-with VllmServer(Path(sys.argv[1]), "bf16", load_profile("cpu-ci"), ws, Path(sys.argv[5])) as server:
+with VllmServer(Path(sys.argv[1]), "bf16", local_profile("cpu-ci", ws), ws, Path(sys.argv[5])) as server:
     print(server.pidfile.read_text().strip(), flush=True)
     time.sleep(600)
 """

