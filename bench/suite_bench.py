@@ -1,10 +1,12 @@
 """`make bench`: the suite against what users would otherwise run, same items, model and machine.
 
-    .venv/bin/python -m bench.suite_bench [--quick] [--only scoring,matrix,quantize,stats]
+    .venv/bin/python -m bench.suite_bench [--quick] [--only scoring,matrix,cpu-kinds,quantize,stats]
 
 1. scoring speed: kqe's serve path vs `lm_eval --model hf` (target >= 3x) and vs `lm_eval --model
    vllm` in-process (target >= 0.9x), gemma3-270m bf16 (bench/scoring_bench.py);
-2. a finished matrix run again vs its first run (target < 5%), in a throwaway workspace;
+2. a finished matrix run again vs its first run (target < 5%), in a throwaway workspace; and a first
+   run of the base on this CPU and on an emulated AVX2 one (`KQE_CPU_ISA=avx2`): the base's items/s
+   (target >= 4 where the CPU has no native bf16), first-run wall time, ISA named;
 3. quantization time vs a bare llmcompressor script (target <= 1.2x; bench/quantize_bench.py);
 4. paired statistics of one run: 35k items x 8 checkpoints (target < 2 s).
 
@@ -16,9 +18,11 @@ cache) and lm-eval in the serve venv (the `bench` target of the Makefile install
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import dataclasses
 import io
+import json
 import logging
 import os
 import statistics
@@ -26,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,10 +56,12 @@ class Settings:
     reruns: int
     quantize_schemes: tuple[str, ...]
     stats_runs: int
+    cpu_kind_limit: int
+    """Items per task of each CPU kind's first run."""
 
 
-FULL = Settings(25, 3, 2, "bf16,fp8-dynamic", 20, 3, ("fp8-dynamic", "awq-w4a16"), 5)
-QUICK = Settings(15, 2, 1, "bf16", 10, 2, ("fp8-dynamic",), 3)
+FULL = Settings(25, 3, 2, "bf16,fp8-dynamic", 20, 3, ("fp8-dynamic", "awq-w4a16"), 5, 150)
+QUICK = Settings(15, 2, 1, "bf16", 10, 2, ("fp8-dynamic",), 3, 40)
 
 
 @dataclass(frozen=True)
@@ -113,9 +119,10 @@ def scoring_rows(ws: Workspace, settings: Settings) -> list[Row]:
     return rows
 
 
-def matrix_rows(ws: Workspace, settings: Settings) -> list[Row]:
-    """`kqe eval` in a fresh project (models, sources and vLLM's compile cache linked from the real
-    cache), then again on the finished matrix."""
+@contextlib.contextmanager
+def _fresh_project(ws: Workspace, **extra_env: str) -> Iterator[tuple[Path, dict[str, str]]]:
+    """A throwaway project and cache (models, sources and vLLM's compile cache linked from the real
+    cache) and the environment that points `kqe` at them."""
     with tempfile.TemporaryDirectory(prefix="kqe-bench-matrix-") as tmp:
         project, cache = Path(tmp) / "project", Path(tmp) / "cache"
         project.mkdir()
@@ -128,15 +135,20 @@ def matrix_rows(ws: Workspace, settings: Settings) -> list[Row]:
             "KQE_SERVE_VENV": str(ws.serve_venv),
             "TQDM_DISABLE": "1",
         }
-        command = [str(_KQE), "eval", "--model", MODEL, "--schemes", settings.matrix_schemes]
-        command += [
-            "--tasks",
-            "kmmlu_hard,mmlu",
-            "--limit",
-            str(settings.matrix_limit),
-            "--profile",
-            "cpu-small",
-        ]
+        yield project, env | extra_env
+
+
+def _eval_command(schemes: str, limit: int) -> list[str]:
+    return [
+        str(_KQE), "eval", "--model", MODEL, "--schemes", schemes, "--tasks", "kmmlu_hard,mmlu",
+        "--limit", str(limit), "--profile", "cpu-small",
+    ]  # fmt: skip
+
+
+def matrix_rows(ws: Workspace, settings: Settings) -> list[Row]:
+    """`kqe eval` in a fresh project, then again on the finished matrix."""
+    command = _eval_command(settings.matrix_schemes, settings.matrix_limit)
+    with _fresh_project(ws) as (project, env):
         first = _wall(command, env, project)
         again = [_wall(command, env, project) for _ in range(settings.reruns)]
     ratio = statistics.median(again) / first
@@ -146,6 +158,37 @@ def matrix_rows(ws: Workspace, settings: Settings) -> list[Row]:
     return [
         Row("finished matrix re-run, s", again, "its first run", [first], "< 5%", ratio, ratio < 0.05, note)
     ]
+
+
+def cpu_kind_rows(ws: Workspace, settings: Settings) -> list[Row]:
+    """A first run of the base in a fresh project on this CPU and on an emulated AVX2 one: the base's
+    scoring rate (target >= 4 items/s where bf16 is not native) and the run's wall time."""
+    rows = []
+    for isa in (None, "avx2"):
+        extra = {"KQE_CPU_ISA": isa} if isa else {}
+        with _fresh_project(ws, **extra) as (project, env):
+            machine = json.loads(_output([str(_KQE), "env", "--json"], env, project))
+            wall = _wall(_eval_command("bf16", settings.cpu_kind_limit), env, project)
+            summary = json.loads((project / "results" / MODEL / "run.json").read_text(encoding="utf-8"))
+        rates = [run["items_per_s"] for run in summary["score_runs"] if run["items_per_s"]]
+        native = machine["profile"].endswith("bfloat16")
+        kind = f"{machine['kernels']}, {machine['profile']}"
+        note = (
+            f"{machine['cpu']}, isa {' '.join(machine['features'])}; {2 * settings.cpu_kind_limit} items; "
+            f"expected {machine['expected_items_per_s']} items/s; load avg {os.getloadavg()[0]:.2f} after"
+        )
+        target, met = ("(no target)", None) if native else (">= 4 items/s", min(rates) >= 4.0)
+        rows.append(Row(f"base scoring, items/s ({kind})", rates, "", [], target, None, met, note))
+        first_run = Row(f"first run of the base, s ({kind})", [wall], "", [], "(no target)", None, None, note)
+        rows.append(first_run)
+    return rows
+
+
+def _output(command: list[str], env: dict[str, str], cwd: Path) -> str:
+    done = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed: {done.stderr[-2000:]}")
+    return done.stdout
 
 
 def _wall(command: list[str], env: dict[str, str], cwd: Path) -> float:
@@ -184,6 +227,7 @@ def stats_rows(ws: Workspace, settings: Settings) -> list[Row]:
 PARTS: dict[str, Callable[[Workspace, Settings], list[Row]]] = {
     "scoring": scoring_rows,
     "matrix": matrix_rows,
+    "cpu-kinds": cpu_kind_rows,
     "quantize": quantize_rows,
     "stats": stats_rows,
 }

@@ -4,6 +4,7 @@ dequantized placement's memory and AWQ unpacking. The real-engine checks are in 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from evals.serving.serve_command import engine_env, vllm_command
 from kqe.core.errors import UserError
 from kqe.core.workspace import Workspace
 from quantize import dequantize
+from tests.conftest import needs_serve_env
 from tests.test_schemes import CT_W4A16, FP8_DYNAMIC, INT8, facts
 
 AVX2 = hardware.Device("cpu", cpu_kernels=cpu.CpuKernels("_C_AVX2", w4a16=False))
@@ -159,3 +161,35 @@ def test_an_emulated_kind_hides_its_missing_features_and_restricts_onednn(
     assert emulated.emulated == "avx2" and not set(emulated.features) & set(cpu.EMULATION_HIDES["avx2"])
     assert set(emulated.features) <= set(own.features) and emulated.model == own.model
     assert cpu.compute_threads(1) == 1 and cpu.compute_threads(2) == 2 and cpu.compute_threads(16) == 15
+
+
+@pytest.mark.slow
+@needs_serve_env
+def test_kqe_env_reports_this_cpu_and_the_emulated_avx2_one_as_the_engine_sees_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`kqe env` asks the serving environment (its probe times both dtypes); the profile's dtype follows
+    the kernel library, and the emulated AVX2 CPU is slower in bf16 than in float32, as a real one."""
+    from click.testing import CliRunner
+
+    from kqe.commands.env import env_command
+
+    reports = {}
+    for isa in (None, "avx2"):
+        monkeypatch.delenv("KQE_CPU_ISA", raising=False)
+        if isa:
+            monkeypatch.setenv("KQE_CPU_ISA", isa)
+        result = CliRunner().invoke(env_command, ["--json"])
+        assert result.exit_code == 0, result.output
+        reports[isa] = json.loads(result.output)
+        brief = CliRunner().invoke(env_command, ["--brief"])
+        assert brief.exit_code == 0 and len(brief.output.strip().splitlines()) == 1
+    own, avx2 = reports[None], reports["avx2"]
+    assert own["profile"] == f"cpu-small: {'bfloat16' if own['kernels'].startswith('_C ') else 'float32'}"
+    assert own["threads"] == cpu.compute_threads(own["cores"]) and own["torch"]
+    assert (avx2["kernels"], avx2["w4a16_kernel"], avx2["profile"]) == (
+        "_C_AVX2 (AVX2, emulated)", False, "cpu-small: float32"
+    )  # fmt: skip
+    assert not {"avx512f", "avx512_bf16", "amx_bf16"} & set(avx2["features"]) and avx2["emulated"] == "avx2"
+    assert avx2["linear_ms"]["bfloat16"] > 2 * avx2["linear_ms"]["float32"]  # torch's bf16 fallback
+    assert avx2["expected_items_per_s"] > 0

@@ -132,7 +132,8 @@ def _items(ws: Workspace, board: Path, checkpoint: str) -> dict[str, ItemResult]
 def native_eval(avx2_eval: dict) -> dict[str, dict[str, ItemResult]]:
     """The same run on this machine's own CPU kind, in the same workspace: per checkpoint its items
     (and its serving note under "serving")."""
-    board = run_eval(avx2_eval["cfg"], avx2_eval["ws"], lambda what, done, total: None)
+    cfg = avx2_eval["cfg"].model_copy(update={"run": "native"})  # its own run.json and leaderboard
+    board = run_eval(cfg, avx2_eval["ws"], lambda what, done, total: None)
     rows = read_leaderboard(board)
     return {row.checkpoint: _items(avx2_eval["ws"], board, row.checkpoint) for row in rows} | {
         "serving": {row.checkpoint: row.serving for row in rows}

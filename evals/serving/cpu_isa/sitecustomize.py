@@ -8,7 +8,7 @@
 - `KQE_CPU_ISA` (`avx2` or `avx512`): torch's CPU feature checks answer for that kind, so that vLLM
   picks the kernel library (`_C`, `_C_AVX512`, `_C_AVX2`) and skips the AMX paths as on such a CPU;
   torch's and oneDNN's own kernels are restricted by `ATEN_CPU_CAPABILITY` and `ONEDNN_MAX_CPU_ISA`,
-  which kqe sets beside it.
+  which kqe sets beside it. FP8 products then skip oneDNN (see `_scaled_mm_as_without_amx`).
 - No spinning beside the compute: on one or two cores kqe gives the engine every core
   (`VLLM_CPU_NUM_OF_RESERVED_CPU=0`), and then vLLM's engine process must not busy-wait (sched_yield,
   for 1 s after each message) on the shared-memory queue while its worker computes: it would take a
@@ -74,3 +74,15 @@ class _WaitWithoutSpinning(importlib.abc.MetaPathFinder):
 
 if os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU") == "0":
     sys.meta_path.insert(0, _WaitWithoutSpinning())
+
+if "amx_tile" in _ABSENT:
+    _scaled_mm = torch._scaled_mm
+
+    def _scaled_mm_as_without_amx(*args: object, **kwargs: object) -> torch.Tensor:
+        """torch sends an FP8 product to oneDNN by this machine's CPUID, and oneDNN restricted to the
+        emulated kind has no FP8 matmul ("could not create a primitive descriptor"), while a real CPU
+        of that kind serves FP8 checkpoints: the emulated kind takes torch's own path, oneDNN off."""
+        with torch.backends.mkldnn.flags(enabled=False):
+            return _scaled_mm(*args, **kwargs)  # type: ignore[arg-type]
+
+    torch._scaled_mm = _scaled_mm_as_without_amx
