@@ -193,3 +193,16 @@ def test_kqe_env_reports_this_cpu_and_the_emulated_avx2_one_as_the_engine_sees_t
     assert not {"avx512f", "avx512_bf16", "amx_bf16"} & set(avx2["features"]) and avx2["emulated"] == "avx2"
     assert avx2["linear_ms"]["bfloat16"] > 2 * avx2["linear_ms"]["float32"]  # torch's bf16 fallback
     assert avx2["expected_items_per_s"] > 0
+
+
+def test_the_expected_rate_scales_the_reference_of_the_profiles_dtype_by_the_probe() -> None:
+    from kqe.pipeline.preview import REFERENCE_PROBE, SLOW_ITEMS_PER_S, expected_items_per_s
+
+    (bf16_ms, bf16_rate), (fp32_ms, fp32_rate) = REFERENCE_PROBE["bfloat16"], REFERENCE_PROBE["float32"]
+    reference = cpu.CpuKernels("_C", True, bf16_ms=bf16_ms, fp32_ms=fp32_ms)
+    assert expected_items_per_s(reference, "bfloat16") == pytest.approx(bf16_rate)
+    half_as_fast = cpu.CpuKernels("_C_AVX2", False, bf16_ms=40.0, fp32_ms=2 * fp32_ms)
+    assert expected_items_per_s(half_as_fast, "float32") == pytest.approx(fp32_rate / 2)
+    assert expected_items_per_s(half_as_fast, "float32") < SLOW_ITEMS_PER_S  # said up front
+    assert expected_items_per_s(cpu.CpuKernels("_C", True), "bfloat16") is None  # not probed
+    assert expected_items_per_s(reference, "float16") is None  # no reference for it

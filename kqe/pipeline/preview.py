@@ -60,7 +60,9 @@ def recorded_rates(matrix: RunMatrix) -> Rates:
     kernels = hardware.local_device(matrix.ws.serve_venv).cpu_kernels
     probed = expected_items_per_s(kernels, matrix.profile.dtype) if kernels else None
     slower = (probed or REFERENCE["items_per_s"]) / REFERENCE["items_per_s"]
-    speeds = [r.items_per_s for r in _records(out / "stages", "*.score.json", ScoreRun) if r.items_per_s]
+    key = matrix.profile.key  # another dtype or profile scores at another rate
+    runs = _records(out / "stages", "*.score.json", ScoreRun)
+    speeds = [r.items_per_s for r in runs if r.items_per_s and r.profile_key == key]
     ppl = [r.wall_s for r in _records(out / "stages", "*.perplexity.json", Perplexity)]
     logs = (path.read_text(errors="replace") for path in _files(out / "logs", "*.log"))
     starts = [seconds for seconds in map(startup_seconds, logs) if seconds]
@@ -69,12 +71,15 @@ def recorded_rates(matrix: RunMatrix) -> Rates:
         built.setdefault(ckpt.scheme, []).append(ckpt.wall_s)
     reference_builds = {scheme: seconds * scale for scheme, seconds in REFERENCE_BUILD_S.items()}
     measured = [name for name, found in (("score", speeds), ("start", starts), ("build", built)) if found]
+    source = f"rates recorded here ({', '.join(measured)})" if measured else "reference-machine rates"
+    if probed and not speeds:
+        source += f"; scoring as this CPU's probe expects, {probed / scale:.1f} items/s"
     return Rates(
         items_per_s=median(speeds) if speeds else REFERENCE["items_per_s"] * slower / scale,
         server_start_s=median(starts) if starts else REFERENCE["server_start_s"] * max(1.0, scale**0.5),
         perplexity_s=median(ppl) if ppl else REFERENCE["perplexity_s"] * scale / slower,
         build_s=reference_builds | {scheme: median(times) for scheme, times in built.items()},
-        source=f"rates recorded here ({', '.join(measured)})" if measured else "reference-machine rates",
+        source=source,
     )
 
 
