@@ -154,12 +154,13 @@ def test_an_avx2_cpu_scores_in_float32_and_answers_as_the_16_bit_path(
     own = hardware.for_device(load_profile("cpu-ci"), hardware.local_device(REPO / ".venv-serve"))
     float32, own_dtype = _items(avx2_eval["ws"], avx2_eval["board"], "bf16"), native_eval["bf16"]
     assert float32.keys() == own_dtype.keys() and len(float32) == 24
-    if own.dtype == "float32":  # this machine is itself of a kind without AVX-512 BF16
-        assert all(float32[i].choice_logprobs == own_dtype[i].choice_logprobs for i in float32)
-        return
     gaps = [_gap(float32[i], own_dtype[i]) for i in float32]
     flips = [i for i in float32 if float32[i].pred != own_dtype[i].pred]
-    assert max(gaps) < 0.05 and len(flips) <= 2, f"max |Δ log-prob| {max(gaps):.3f}, flips {flips}"
+    # a machine itself without AVX-512 BF16 scores float32 both times: only batching may differ
+    tolerance, most_flips = (1e-3, 0) if own.dtype == "float32" else (0.05, 2)
+    assert max(gaps) < tolerance and len(flips) <= most_flips, (
+        f"max |Δ log-prob| {max(gaps):.4f}, flips {flips}"
+    )
 
 
 def _gap(a: ItemResult, b: ItemResult) -> float:
