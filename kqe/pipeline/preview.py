@@ -27,13 +27,13 @@ from quantize import build
 
 T = TypeVar("T", bound=Record)
 
-REFERENCE = {"items_per_s": 25.5, "server_start_s": 120.0, "perplexity_s": 32.0}
+REFERENCE = {"items_per_s": 19.5, "server_start_s": 120.0, "perplexity_s": 32.0}
 """Measured on the reference machine (Xeon with AVX-512 BF16 + AMX, 2 cores, gemma3-270m, cpu-small
 in bfloat16, 2026-12-01): scoring one run of 300 items with both cores computing; server start the
 median of 9 starts that day; perplexity the median of 6 records taken on one compute thread."""
 REFERENCE_BUILD_S = {"awq-w4a16": 510.0, "gptq-w4a16": 510.0, "w4a16-rtn": 14.0, "fp8-dynamic": 12.0}
 REFERENCE_PARAMS_B = 0.27
-REFERENCE_PROBE = {"bfloat16": (1.003, 25.5), "float32": (3.358, 5.03)}
+REFERENCE_PROBE = {"bfloat16": (1.003, 19.5), "float32": (3.358, 3.07)}
 """Per serve dtype: the CPU probe's product (ms, `evals.serving.cpu`) and the base's scoring rate
 (items/s) measured beside it: bfloat16 on the reference machine, float32 on it emulating AVX2
 (`KQE_CPU_ISA=avx2`). A CPU's expected rate is that rate scaled by the probe's time there over here."""
