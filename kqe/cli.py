@@ -11,6 +11,7 @@ from typing import Any
 import click
 from rich.logging import RichHandler
 
+from evals.serving.cpu import CPU_ISA_EMULATION
 from kqe.commands.calibrate import calibrate_command
 from kqe.commands.choose import choose_command
 from kqe.commands.compare import compare_command
@@ -63,6 +64,8 @@ def main(verbose: bool) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     logging.getLogger("lm_eval").setLevel(logging.ERROR)  # per-task chatter around our own progress bars
     os.environ.setdefault("TQDM_DISABLE", "1")  # library tqdm bars would tear the rich progress display
+    # an emulated CPU kind restricts every child's kernels (builds too), not only the engine's
+    os.environ.update(CPU_ISA_EMULATION.get(os.environ.get("KQE_CPU_ISA", ""), {}))
 
 
 COMMANDS = (

@@ -27,7 +27,7 @@ def run(job: OneshotJob) -> dict[str, Any]:
     recipe = AutoAwqW4A16Recipe.model_validate(job.recipe)
     assert job.calibration_path is not None and job.seq_len is not None
     started = time.monotonic()
-    model = AutoAWQForCausalLM.from_pretrained(str(base), torch_dtype=torch.bfloat16)
+    model = AutoAWQForCausalLM.from_pretrained(str(base), torch_dtype=getattr(torch, job.dtype))
     tokenizer = AutoTokenizer.from_pretrained(base)
     ids = calibration_ids(Path(job.calibration_path), tokenizer, job.seq_len)
     loaded = time.monotonic()
@@ -41,6 +41,7 @@ def run(job: OneshotJob) -> dict[str, Any]:
         apply_clip=recipe.apply_clip,
     )
     calibrated = time.monotonic()
+    model.model.to(torch.bfloat16)  # as `quantize._oneshot` saves
     model.save_quantized(str(out))
     copy_tokenizer(base, out)
     saved = time.monotonic()

@@ -1,7 +1,7 @@
 """Child process of a checkpoint build: `python -m quantize._oneshot '<OneshotJob JSON>'`.
 
-Runs llmcompressor's oneshot on a bf16 copy of the base model and writes the compressed checkpoint
-into `job.out_dir`. It runs apart from the suite so that its peak memory can be measured on its own
+Runs llmcompressor's oneshot on a copy of the base model (`job.dtype`) and writes the compressed
+checkpoint into `job.out_dir`. It runs apart from the suite so that its peak memory can be measured on its own
 and a crash (or an out-of-memory kill) cannot leave the parent half-way through a write.
 """
 
@@ -37,6 +37,8 @@ class OneshotJob(BaseModel):
     calibration_path: str | None
     """JSON Lines of calibration samples (`text`, `tokens`), None for data-free schemes."""
     seq_len: int | None
+    dtype: str = "bfloat16"
+    """What the base is loaded and calibrated in; the output's 16-bit tensors are bfloat16 either way."""
 
 
 def allow_cpu_awq() -> None:
@@ -116,7 +118,7 @@ def run(job: OneshotJob) -> dict[str, Any]:
     recipe = recipe_for(job.scheme, job.recipe)
     base, out = Path(job.base_dir), Path(job.out_dir)
     started = time.monotonic()
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.bfloat16)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=getattr(torch, job.dtype))
     tokenizer = AutoTokenizer.from_pretrained(base)
     loaded = time.monotonic()
     data: dict[str, Any] = {}
@@ -132,6 +134,7 @@ def run(job: OneshotJob) -> dict[str, Any]:
     module_names = frozenset(name for name, _ in model.named_modules())
     oneshot(model=model, tokenizer=tokenizer, recipe=recipe.modifiers(module_names), **data)
     calibrated = time.monotonic()
+    model.to(torch.bfloat16)  # what a bfloat16 build saves: the same layout and bytes from every machine
     model.save_pretrained(out, save_compressed=True)
     copy_tokenizer(base, out)
     saved = time.monotonic()

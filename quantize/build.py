@@ -51,15 +51,17 @@ def build_checkpoint(
     calibration: CalibrationSet | None,
     progress: Callable[[int, int], None] | None = None,
     name: str | None = None,
+    dtype: str = "bfloat16",
 ) -> Checkpoint:
     """Build (or reuse) the `scheme` checkpoint of `base` from its bf16 weights.
 
     `calibration` is used only by schemes that need it. `name` is the checkpoint's name in the
     matrix (default: the scheme; e.g. `awq-w4a16-ko70`); builds are keyed by their inputs, not by
-    name. `bf16` copies nothing: its checkpoint is `base.folder`, described by a manifest in
-    `ws.checkpoints(base.name)`.
+    name. `dtype` is what the base is loaded and calibrated in (float32 on CPUs whose bf16 products
+    are slow); the output's 16-bit tensors are bfloat16 either way. `bf16` copies nothing: its
+    checkpoint is `base.folder`, described by a manifest in `ws.checkpoints(base.name)`.
     """
-    job = _planned_build(ws, base, scheme, recipe, calibration, name or scheme)
+    job = _planned_build(ws, base, scheme, recipe, calibration, name or scheme, dtype)
     if job.info.builder == "base":
         return _base_checkpoint(job)
     return _quantized_checkpoint(job, progress)
@@ -72,10 +74,11 @@ def find_checkpoint(
     recipe: Recipe,
     calibration: CalibrationSet | None,
     name: str,
+    dtype: str,
 ) -> Checkpoint | None:
     """The checkpoint `build_checkpoint` would reuse for these inputs, or None when it would build
     one: what a run says up front it will reuse."""
-    job = _planned_build(ws, base, scheme, recipe, calibration, name)
+    job = _planned_build(ws, base, scheme, recipe, calibration, name, dtype)
     if job.info.builder == "base":
         reused = _read_current(job.manifest)
         return reused.model_copy(update={"name": name}) if reused else None
@@ -89,6 +92,7 @@ def _planned_build(
     recipe: Recipe,
     calibration: CalibrationSet | None,
     name: str,
+    dtype: str,
 ) -> _Build:
     """The build these inputs ask for, keyed by them; the cheap checks first (no weights are read)."""
     info = scheme_info(scheme)
@@ -108,11 +112,12 @@ def _planned_build(
             "scheme": scheme,
             "recipe": recipe.model_dump(mode="json"),
             "calibration": calib.sha256 if calib else None,
-            # the builder's versions decide the output bytes; the base is the same whatever they are
+            # the builder's versions and dtype decide the output bytes; the base is the same whatever they are
             "builder": None if info.builder == "base" else [versions[p] for p in sorted(versions)],
+            "dtype": None if info.builder == "base" else dtype,
         }
     )
-    return _Build(ws, base, info, recipe, calib, key, versions, name)
+    return _Build(ws, base, info, recipe, calib, key, versions, name, dtype)
 
 
 AUTOAWQ_UNSUPPORTED = {
@@ -253,8 +258,9 @@ class _Build:
         key: str,
         versions: dict[str, str],
         name: str,
+        dtype: str,
     ) -> None:
-        self.base, self.info, self.recipe = base, info, recipe
+        self.base, self.info, self.recipe, self.dtype = base, info, recipe, dtype
         self.calib, self.key, self.versions, self.name = calib, key, versions, name
         self.root = ws.checkpoints(base.name)
         self.manifest = self.root / f"bf16-{key}.json"  # bf16 copies nothing: a record of the base folder
@@ -299,6 +305,7 @@ def _quantized_checkpoint(build: _Build, progress: Callable[[int, int], None] | 
             recipe=build.recipe.model_dump(mode="json"),
             calibration_path=calib.path if calib else None,
             seq_len=calib.seq_len if calib else None,
+            dtype=build.dtype,
         )
         if progress:
             progress(0, 1)
@@ -324,6 +331,7 @@ def _quantized_checkpoint(build: _Build, progress: Callable[[int, int], None] | 
             peak_rss_bytes=peak_rss,
             disk_bytes=weight_bytes(build.final),
             key=build.key,
+            build_dtype=build.dtype,
             **layout_fields(build.final, build.base.folder),
         )
         write_record(build.final / CHECKPOINT_RECORD, record)

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from evals.reporting.leaderboard import read_leaderboard
 from evals.serving import hardware
@@ -119,6 +120,39 @@ def test_awq_checkpoint_is_pack_quantized_and_loads(built: dict) -> None:
     report = json.loads((Path(ckpt.path) / "kqe-oneshot.json").read_text(encoding="utf-8"))
     assert report["calibration_samples"] == calib.samples
     assert report["awq_smoothed"], "AWQ smoothed nothing"
+    _loads_and_runs(Path(ckpt.path))
+
+
+def _codes(packed: torch.Tensor) -> torch.Tensor:
+    """The eight 4-bit codes of each int32 of a `pack-quantized` weight."""
+    return torch.stack([(packed >> (4 * i)) & 0xF for i in range(8)])
+
+
+@pytest.mark.slow
+def test_a_float32_calibrated_build_is_its_own_and_saves_bfloat16(built: dict, tiny_model_dir: Path) -> None:
+    """Where bf16 products are slow, builds calibrate in float32: another key, recorded, and the same
+    layout as the bf16 build (16-bit tensors in bfloat16), with nearly the same 4-bit codes."""
+    from safetensors import safe_open
+
+    ws, calib, bf16_build = built["ws"], built["calib"], built["ckpts"]["awq-w4a16"]
+    base = LocalModel("tiny", tiny_model_dir)
+    recipe = recipe_for("awq-w4a16")
+    assert build.find_checkpoint(ws, base, "awq-w4a16", recipe, calib, "awq-w4a16-ko100", "float32") is None
+    ckpt = build_checkpoint(ws, base, "awq-w4a16", recipe, calib, name="awq-w4a16-ko100", dtype="float32")
+    assert ckpt.build_dtype == "float32" and bf16_build.build_dtype == "bfloat16"
+    assert ckpt.key != bf16_build.key and ckpt.path != bf16_build.path
+    assert _quant_config(ckpt) == _quant_config(bf16_build)
+    with (
+        safe_open(Path(ckpt.path) / "model.safetensors", "pt") as mine,
+        safe_open(Path(bf16_build.path) / "model.safetensors", "pt") as theirs,
+    ):
+        names = set(mine.keys())
+        assert names == set(theirs.keys())
+        for name in names:
+            tensor, other = mine.get_tensor(name), theirs.get_tensor(name)
+            assert tensor.dtype == other.dtype, name
+            if name.endswith("weight_packed"):  # AWQ's scale search may choose a little differently
+                assert (_codes(tensor) == _codes(other)).float().mean() > 0.75, name
     _loads_and_runs(Path(ckpt.path))
 
 

@@ -148,12 +148,16 @@ def for_device(profile: ServeProfile, device: Device) -> ServeProfile:
     takes the concrete profile, so results of another dtype are never reused for it."""
     if profile.dtype != NATIVE_DTYPE:
         return profile
+    return profile.model_copy(update={"dtype": native_dtype_on(device)})
+
+
+def native_dtype_on(device: Device) -> str:
+    """The 16-bit (or, on a CPU without AVX-512 BF16, 32-bit) dtype `device` computes fast in: what a
+    `native` profile serves in there, and what checkpoints built there calibrate in."""
     if device.engine == "cpu":
-        dtype = native_dtype(device.cpu_kernels)
-    else:
-        cc = device.compute_capability
-        dtype = "float16" if cc is not None and cc < 8.0 else "bfloat16"
-    return profile.model_copy(update={"dtype": dtype})
+        return native_dtype(device.cpu_kernels)
+    cc = device.compute_capability
+    return "float16" if cc is not None and cc < 8.0 else "bfloat16"
 
 
 def check_checkpoint(checkpoint_dir: Path, device: Device, dtype: str) -> Verdict:

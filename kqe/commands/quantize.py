@@ -156,15 +156,16 @@ def quantize(cfg: QuantizeConfig) -> tuple[Checkpoint, str]:
     ws = Workspace.from_env()
     profile = local_profile(cfg.profile, ws)
     base = local_model(resolve_model(cfg.model, ws), ws)
+    device = hardware.local_device(ws.serve_venv)
     if cfg.scheme is not None:
-        ckpt = _build(cfg, cfg.scheme, ws, base)
+        ckpt = _build(cfg, cfg.scheme, ws, base, hardware.native_dtype_on(device))
     else:  # the config holds exactly one of them
         ckpt = external.external_checkpoint(ws, base, str(cfg.extra))
-    verdict = hardware.check_checkpoint(Path(ckpt.path), hardware.local_device(ws.serve_venv), profile.dtype)
+    verdict = hardware.check_checkpoint(Path(ckpt.path), device, profile.dtype)
     return ckpt, verdict.note
 
 
-def _build(cfg: QuantizeConfig, name: str, ws: Workspace, base: LocalModel) -> Checkpoint:
+def _build(cfg: QuantizeConfig, name: str, ws: Workspace, base: LocalModel, dtype: str) -> Checkpoint:
     from kqe.pipeline.matrix import mix_label
     from quantize.build import build_checkpoint, check_recipe
     from quantize.recipes import parse_options, resolve_recipes
@@ -179,4 +180,4 @@ def _build(cfg: QuantizeConfig, name: str, ws: Workspace, base: LocalModel) -> C
     if scheme_info(recipe.scheme).needs_calibration:
         calib = calibrate.build(cfg.calibration_config())
         name = f"{name}-{mix_label(cfg.calibration)}"
-    return build_checkpoint(ws, base, recipe.scheme, recipe, calib, name=name)
+    return build_checkpoint(ws, base, recipe.scheme, recipe, calib, name=name, dtype=dtype)

@@ -183,6 +183,9 @@ class Checkpoint(Record):
     linear_bits: float | None = None
     """Bits per weight of the quantized linear layers alone, scales and zero points included
     (W4A16 g128 ≈ 4.1–4.3); None without quantized layers."""
+    build_dtype: str | None = None
+    """What the base was loaded and calibrated in for this build (its 16-bit tensors are saved in
+    bfloat16 whatever it was); None for the base and for checkpoints built elsewhere."""
 
 
 Engine = Literal["cpu", "gpu"]

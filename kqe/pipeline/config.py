@@ -123,6 +123,8 @@ class RunPlan:
     """Checkpoint name → a pre-quantized checkpoint given with `extra` (folder or hub id)."""
     placement: PlacementPlan
     """Per checkpoint: its target memory and where its items are scored."""
+    build_dtype: str
+    """What this machine's builds load the base and calibrate in (`hardware.native_dtype_on`)."""
 
 
 @dataclass(frozen=True)
@@ -187,7 +189,7 @@ def plan_run(cfg: EvalConfig, ws: Workspace, spec: ModelSpec) -> RunPlan:
     forced_port()  # a KQE_PORT in use is said now, not when the first server starts
     formats = {e.name: recipes[e.scheme].scheme if e.scheme in recipes else e.scheme for e in entries}
     placement = _placement(cfg, local, spec, profile, formats)
-    return RunPlan(spec, profile, entries, recipes, extras, placement)
+    return RunPlan(spec, profile, entries, recipes, extras, placement, hardware.native_dtype_on(local))
 
 
 def _placement(

@@ -31,7 +31,10 @@ REFERENCE = {"items_per_s": 19.5, "server_start_s": 120.0, "perplexity_s": 32.0}
 """Measured on the reference machine (Xeon with AVX-512 BF16 + AMX, 2 cores, gemma3-270m, cpu-small
 in bfloat16, 2026-12-01): scoring one run of 300 items with both cores computing; server start the
 median of 9 starts that day; perplexity the median of 6 records taken on one compute thread."""
-REFERENCE_BUILD_S = {"awq-w4a16": 510.0, "gptq-w4a16": 510.0, "w4a16-rtn": 14.0, "fp8-dynamic": 12.0}
+_BF16_BUILD_S = {"awq-w4a16": 510.0, "gptq-w4a16": 510.0, "w4a16-rtn": 14.0, "fp8-dynamic": 12.0}
+REFERENCE_BUILD_S = {"bfloat16": _BF16_BUILD_S, "float32": _BF16_BUILD_S | {"awq-w4a16": 610.0}}
+"""Per build dtype, seconds per scheme on the reference machine: bfloat16 natively, float32 emulating
+AVX2 (one AWQ build of 64 × 384 tokens, 2026-12-02; the data-free builds were not timed there)."""
 REFERENCE_PARAMS_B = 0.27
 REFERENCE_PROBE = {"bfloat16": (1.003, 19.5), "float32": (3.358, 3.07)}
 """Per serve dtype: the CPU probe's product (ms, `evals.serving.cpu`) and the base's scoring rate
@@ -67,9 +70,12 @@ def recorded_rates(matrix: RunMatrix) -> Rates:
     logs = (path.read_text(errors="replace") for path in _files(out / "logs", "*.log"))
     starts = [seconds for seconds in map(startup_seconds, logs) if seconds]
     built: dict[str, list[float]] = {}
+    dtype = matrix.plan.build_dtype
     for ckpt in _records(matrix.ws.checkpoints(matrix.model), "*/checkpoint.json", Checkpoint):
-        built.setdefault(ckpt.scheme, []).append(ckpt.wall_s)
-    reference_builds = {scheme: seconds * scale for scheme, seconds in REFERENCE_BUILD_S.items()}
+        if ckpt.build_dtype == dtype:
+            built.setdefault(ckpt.scheme, []).append(ckpt.wall_s)
+    reference = REFERENCE_BUILD_S.get(dtype, _BF16_BUILD_S)
+    reference_builds = {scheme: seconds * scale for scheme, seconds in reference.items()}
     measured = [name for name, found in (("score", speeds), ("start", starts), ("build", built)) if found]
     source = f"rates recorded here ({', '.join(measured)})" if measured else "reference-machine rates"
     if probed and not speeds:
@@ -130,7 +136,9 @@ def _entry_plan(
         building = "check the given checkpoint"
     else:
         calib = matrix.calibs.get(entry.mix or "")
-        found = build.find_checkpoint(matrix.ws, matrix.base, recipe.scheme, recipe, calib, entry.name)
+        found = build.find_checkpoint(
+            matrix.ws, matrix.base, recipe.scheme, recipe, calib, entry.name, matrix.plan.build_dtype
+        )
         building = "the base weights" if recipe.scheme == BASE else "reuse the build" if found else "build"
     cost = {} if found or recipe is None else {"build": rates.build_s.get(recipe.scheme, 0.0)}
     left = dict(items)

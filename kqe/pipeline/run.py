@@ -184,11 +184,14 @@ def _checkpoint(matrix: RunMatrix, entry: MatrixEntry) -> tuple[Checkpoint, bool
     if reference is not None:
         return external.external_checkpoint(matrix.ws, matrix.base, reference), False
     recipe, calib = matrix.plan.recipes[entry.scheme], matrix.calibs.get(entry.mix or "")
-    found = build.find_checkpoint(matrix.ws, matrix.base, recipe.scheme, recipe, calib, entry.name)
+    dtype = matrix.plan.build_dtype
+    found = build.find_checkpoint(matrix.ws, matrix.base, recipe.scheme, recipe, calib, entry.name, dtype)
     if found is not None:
         return found, False
     progress = partial(matrix.progress, f"build {entry.name}")
-    ckpt = build.build_checkpoint(matrix.ws, matrix.base, recipe.scheme, recipe, calib, progress, entry.name)
+    ckpt = build.build_checkpoint(
+        matrix.ws, matrix.base, recipe.scheme, recipe, calib, progress, entry.name, dtype
+    )
     return ckpt, True
 
 
