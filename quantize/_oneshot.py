@@ -134,7 +134,7 @@ def run(job: OneshotJob) -> dict[str, Any]:
     module_names = frozenset(name for name, _ in model.named_modules())
     oneshot(model=model, tokenizer=tokenizer, recipe=recipe.modifiers(module_names), **data)
     calibrated = time.monotonic()
-    model.to(torch.bfloat16)  # what a bfloat16 build saves: the same layout and bytes from every machine
+    model.bfloat16()  # what a bfloat16 build saves: the same layout and bytes from every machine
     model.save_pretrained(out, save_compressed=True)
     copy_tokenizer(base, out)
     saved = time.monotonic()

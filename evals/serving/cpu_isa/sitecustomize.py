@@ -76,7 +76,7 @@ class _NapWhileWaiting(importlib.abc.MetaPathFinder):
         def exec_module(module: ModuleType) -> None:
             load(module)
             if hasattr(module, "sched_yield"):  # another vLLM without it is left as it is
-                module.sched_yield = _nap
+                vars(module)["sched_yield"] = _nap
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
