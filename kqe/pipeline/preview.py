@@ -39,7 +39,8 @@ REFERENCE_PARAMS_B = 0.27
 REFERENCE_PROBE = {"bfloat16": (1.003, 19.5), "float32": (3.358, 4.4)}
 """Per serve dtype: the CPU probe's product (ms, `evals.serving.cpu`) and the base's scoring rate
 (items/s, 150 + 150 items) measured beside it: bfloat16 on the reference machine, float32 on it
-emulating AVX2 (`KQE_CPU_ISA=avx2`, 2026-12-02, the engine's busy-wait napping). A CPU's expected rate is that rate scaled by the probe's time there over here."""
+emulating AVX2 (`KQE_CPU_ISA=avx2`, 2026-12-02, the engine's busy-wait napping). A CPU's expected
+rate is that rate scaled by the probe's time there over here."""
 SLOW_ITEMS_PER_S = 4.0
 """Below this scoring rate a run says up front that the machine is slow."""
 
