@@ -36,10 +36,10 @@ REFERENCE_BUILD_S = {"bfloat16": _BF16_BUILD_S, "float32": _BF16_BUILD_S | {"awq
 """Per build dtype, seconds per scheme on the reference machine: bfloat16 natively, float32 emulating
 AVX2 (one AWQ build of 64 × 384 tokens, 2026-12-02; the data-free builds were not timed there)."""
 REFERENCE_PARAMS_B = 0.27
-REFERENCE_PROBE = {"bfloat16": (1.003, 19.5), "float32": (3.358, 4.4)}
+REFERENCE_PROBE = {"bfloat16": (1.003, 19.5), "float32": (3.358, 4.2)}
 """Per serve dtype: the CPU probe's product (ms, `evals.serving.cpu`) and the base's scoring rate
 (items/s, 150 + 150 items) measured beside it: bfloat16 on the reference machine, float32 on it
-emulating AVX2 (`KQE_CPU_ISA=avx2`, 2026-12-02, the engine's busy-wait napping). A CPU's expected
+emulating AVX2 (`KQE_CPU_ISA=avx2`, 2026-12-02, 4.20 / 4.28 on the two tasks). A CPU's expected
 rate is that rate scaled by the probe's time there over here."""
 SLOW_ITEMS_PER_S = 4.0
 """Below this scoring rate a run says up front that the machine is slow."""

@@ -9,21 +9,9 @@
   picks the kernel library (`_C`, `_C_AVX512`, `_C_AVX2`) and skips the AMX paths as on such a CPU;
   torch's and oneDNN's own kernels are restricted by `ATEN_CPU_CAPABILITY` and `ONEDNN_MAX_CPU_ISA`,
   which kqe sets beside it. FP8 products then skip oneDNN (see `_scaled_mm_as_without_amx`).
-- Waiting beside the compute: on one or two cores kqe gives the engine every core
-  (`VLLM_CPU_NUM_OF_RESERVED_CPU=0`). vLLM's shared-memory queue then busy-waits with `sched_yield`
-  (for 1 s after each message) in the engine process while its worker computes, which takes a core's
-  share from the worker's OpenMP threads. Each turn of that loop naps for `_NAP_S` instead: the same
-  loop and wake-ups as vLLM's (only the pause between two looks at the flag changes), the core stays
-  with the compute.
 """
 
-import importlib.abc
-import importlib.util
 import os
-import sys
-import time
-from importlib.machinery import ModuleSpec
-from types import ModuleType
 
 import torch
 
@@ -50,37 +38,3 @@ if "amx_tile" in _ABSENT:
             return _scaled_mm(*args, **kwargs)  # type: ignore[arg-type]
 
     torch._scaled_mm = _scaled_mm_as_without_amx
-
-
-_QUEUE = "vllm.distributed.device_communicators.shm_broadcast"
-_NAP_S = 1e-4  # a look at the flag every ~0.15 ms with the timer's slack; a CPU engine step takes >= 5 ms
-
-
-def _nap() -> None:
-    time.sleep(_NAP_S)
-
-
-class _NapWhileWaiting(importlib.abc.MetaPathFinder):
-    """Once vLLM's shared-memory queue module loads, its busy-wait turns nap instead of yielding."""
-
-    def find_spec(self, name: str, path: object, target: object = None) -> ModuleSpec | None:
-        if name != _QUEUE:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        loader = spec.loader if spec is not None else None
-        if spec is None or loader is None:
-            return spec
-        load = loader.exec_module
-
-        def exec_module(module: ModuleType) -> None:
-            load(module)
-            if hasattr(module, "sched_yield"):  # another vLLM without it is left as it is
-                vars(module)["sched_yield"] = _nap
-
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
-if os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU") == "0":
-    sys.meta_path.insert(0, _NapWhileWaiting())
