@@ -1,8 +1,8 @@
 """Child process of a checkpoint build: `python -m quantize._oneshot '<OneshotJob JSON>'`.
 
 Runs llmcompressor's oneshot on a copy of the base model (`job.dtype`) and writes the compressed
-checkpoint into `job.out_dir`. It runs apart from the suite so that its peak memory can be measured on its own
-and a crash (or an out-of-memory kill) cannot leave the parent half-way through a write.
+checkpoint into `job.out_dir`. It runs apart from the suite so that its peak memory can be measured on
+its own and a crash (or an out-of-memory kill) cannot leave the parent half-way through a write.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class OneshotJob(BaseModel):
     calibration_path: str | None
     """JSON Lines of calibration samples (`text`, `tokens`), None for data-free schemes."""
     seq_len: int | None
-    dtype: str = "bfloat16"
+    dtype: str
     """What the base is loaded and calibrated in; the output's 16-bit tensors are bfloat16 either way."""
 
 

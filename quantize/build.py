@@ -112,7 +112,7 @@ def _planned_build(
             "scheme": scheme,
             "recipe": recipe.model_dump(mode="json"),
             "calibration": calib.sha256 if calib else None,
-            # the builder's versions and dtype decide the output bytes; the base is the same whatever they are
+            # the builder's versions and dtype decide the output bytes; the base's do not
             "builder": None if info.builder == "base" else [versions[p] for p in sorted(versions)],
             "dtype": None if info.builder == "base" else dtype,
         }

@@ -453,6 +453,7 @@ def test_a_build_reports_the_layer_groups_its_child_has_done(tmp_path: Path) -> 
         recipe={},
         calibration_path=None,
         seq_len=None,
+        dtype="bfloat16",
     )
     seen: list[tuple[int, int]] = []
     status, _ = run_child("tests.fake_build_child", job, tmp_path / "build.log", lambda *p: seen.append(p))
