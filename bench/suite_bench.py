@@ -5,7 +5,8 @@
 1. scoring speed: kqe's serve path vs `lm_eval --model hf` (target >= 3x) and vs `lm_eval --model
    vllm` in-process (target >= 0.9x), gemma3-270m bf16 (bench/scoring_bench.py);
 2. a finished matrix run again vs its first run (target < 5%), in a throwaway workspace; and a first
-   run of the base on this CPU and on an emulated AVX2 one (`KQE_CPU_ISA=avx2`): the base's items/s
+   run of the base on this CPU and, on a CPU with more than AVX2, on an emulated AVX2 one
+   (`KQE_CPU_ISA=avx2`): the base's items/s
    (target >= 4 where the CPU has no native bf16), first-run wall time, ISA named;
 3. quantization time vs a bare llmcompressor script (target <= 1.2x; bench/quantize_bench.py);
 4. paired statistics of one run: 35k items x 8 checkpoints (target < 2 s).
@@ -36,6 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import quantize_bench, scoring_bench, stats_bench
+from evals.serving import cpu
 from kqe.core.io import write_atomic
 from kqe.core.workspace import Workspace
 
@@ -161,10 +163,12 @@ def matrix_rows(ws: Workspace, settings: Settings) -> list[Row]:
 
 
 def cpu_kind_rows(ws: Workspace, settings: Settings) -> list[Row]:
-    """A first run of the base in a fresh project on this CPU and on an emulated AVX2 one: the base's
-    scoring rate (target >= 4 items/s where bf16 is not native) and the run's wall time."""
+    """A first run of the base in a fresh project on this CPU and, where this CPU has more than AVX2,
+    on an emulated AVX2 one: the base's scoring rate (target >= 4 items/s where bf16 is not native) and
+    the run's wall time."""
     rows = []
-    for isa in (None, "avx2"):
+    richer = set(cpu.cpu_facts().features) & set(cpu.EMULATION_HIDES["avx2"])
+    for isa in (None, "avx2") if richer else (None,):
         extra = {"KQE_CPU_ISA": isa} if isa else {}
         with _fresh_project(ws, **extra) as (project, env):
             machine = json.loads(_output([str(_KQE), "env", "--json"], env, project))
