@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from kqe.core.workspace import Workspace
+from kqe.pipeline.preview import dominant_stage
 from tests.conftest import REPO, needs_serve_env
 from tests.test_pipeline import write_sources
 
@@ -69,6 +70,7 @@ def test_a_first_run_shows_its_plan_its_progress_and_its_answer(tiny_model_dir: 
     assert estimate, shown[-3000:]
     seconds = int(estimate.group(1)) * {"s": 1, "min": 60, "h": 3600}[estimate.group(2)]
     assert 1 <= seconds <= 36_000
+    assert re.search(r"the most of it: (building|server starts|scoring|perplexity), [12] checkpoints?", shown)
     for stage in ("calibration sets", "build awq-w4a16-ko70", "serve bf16", "score bf16 kmmlu_hard",
                   "score awq-w4a16-ko70 mmlu", "perplexity awq-w4a16-ko70"):  # fmt: skip
         assert stage in shown, stage
@@ -78,3 +80,13 @@ def test_a_first_run_shows_its_plan_its_progress_and_its_answer(tiny_model_dir: 
     again, _ = run_in_terminal(args, tmp_path, home)
     assert "everything reused: no checkpoint built, no server started (2 checkpoints)" in again
     assert "estimate: everything is done already" in again and "serve bf16" not in again
+
+
+def test_the_estimate_names_the_stage_that_takes_most_summed_over_checkpoints() -> None:
+    """One 10-minute build against five 4-minute scoring passes: scoring is most of the run."""
+    scoring = {("score", name): 240.0 for name in ("bf16", "awq-ko70", "awq-en100", "rtn", "fp8")}
+    costs = {("build", "awq-ko70"): 600.0, ("serve", "bf16"): 90.0, **scoring}
+    assert dominant_stage(costs) == "scoring, 5 checkpoints (20 min)"
+    assert dominant_stage({("build", "awq-ko70"): 600.0, ("score", "awq-ko70"): 240.0}) == (
+        "building, 1 checkpoint (10 min)"
+    )

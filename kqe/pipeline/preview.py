@@ -32,15 +32,18 @@ REFERENCE = {"items_per_s": 19.5, "server_start_s": 120.0, "perplexity_s": 32.0}
 in bfloat16, 2026-12-01): scoring one run of 300 items with both cores computing; server start the
 median of 9 starts that day; perplexity the median of 6 records taken on one compute thread."""
 _BF16_BUILD_S = {"awq-w4a16": 510.0, "gptq-w4a16": 510.0, "w4a16-rtn": 14.0, "fp8-dynamic": 12.0}
-REFERENCE_BUILD_S = {"bfloat16": _BF16_BUILD_S, "float32": _BF16_BUILD_S | {"awq-w4a16": 610.0}}
-"""Per build dtype, seconds per scheme on the reference machine: bfloat16 natively, float32 emulating
-AVX2 (one AWQ build of 64 × 384 tokens, 2026-12-02; the data-free builds were not timed there)."""
+_FP32_BUILD_S = {"awq-w4a16": 1166.0, "gptq-w4a16": 1166.0, "w4a16-rtn": 15.0, "fp8-dynamic": 16.0}
+REFERENCE_BUILD_S = {"bfloat16": _BF16_BUILD_S, "float32": _FP32_BUILD_S}
+"""Per build dtype, seconds per scheme where `REFERENCE_PROBE` of that dtype was measured: bfloat16 on
+the reference Xeon, float32 on the AVX2-only EPYC (the default first run of 2026-12-02: AWQ 64 × 384
+tokens 1176 and 1156 s; the Xeon emulating AVX2 took 610 s). GPTQ was not timed: taken as AWQ."""
 REFERENCE_PARAMS_B = 0.27
-REFERENCE_PROBE = {"bfloat16": (1.003, 19.5), "float32": (3.358, 4.2)}
+REFERENCE_PROBE = {"bfloat16": (1.003, 19.5), "float32": (4.832, 4.6)}
 """Per serve dtype: the CPU probe's product (ms, `evals.serving.cpu`) and the base's scoring rate
-(items/s, 150 + 150 items) measured beside it: bfloat16 on the reference machine, float32 on it
-emulating AVX2 (`KQE_CPU_ISA=avx2`, 2026-12-02, 4.20 / 4.28 on the two tasks). A CPU's expected
-rate is that rate scaled by the probe's time there over here."""
+(items/s, 150 + 150 items) measured beside it: bfloat16 on the reference machine, float32 on a real
+AVX2-only AMD EPYC (2026-12-02, median of 4.70 / 4.59 and 4.22 / 4.65 on the two tasks; the reference
+Xeon emulating AVX2 probed 3.36 ms yet scored 4.2, so the probe ranks CPUs of one kind only roughly).
+A CPU's expected rate is that rate scaled by the probe's time there over here."""
 SLOW_ITEMS_PER_S = 4.0
 """Below this scoring rate a run says up front that the machine is slow."""
 
@@ -75,8 +78,7 @@ def recorded_rates(matrix: RunMatrix) -> Rates:
     for ckpt in _records(matrix.ws.checkpoints(matrix.model), "*/checkpoint.json", Checkpoint):
         if ckpt.build_dtype == dtype:
             built.setdefault(ckpt.scheme, []).append(ckpt.wall_s)
-    reference = REFERENCE_BUILD_S.get(dtype, _BF16_BUILD_S)
-    reference_builds = {scheme: seconds * scale for scheme, seconds in reference.items()}
+    reference_builds = reference_build_s(kernels, dtype, scale)
     measured = [name for name, found in (("score", speeds), ("start", starts), ("build", built)) if found]
     source = f"rates recorded here ({', '.join(measured)})" if measured else "reference-machine rates"
     if probed and not speeds:
@@ -93,11 +95,25 @@ def recorded_rates(matrix: RunMatrix) -> Rates:
 def expected_items_per_s(kernels: CpuKernels, dtype: str) -> float | None:
     """The default model's base scoring rate to expect on this CPU in `dtype`, from the probe; None
     when the probe did not time that dtype."""
-    here = kernels.linear_ms(dtype)
+    ratio = _probe_ratio(kernels, dtype)
+    return None if ratio is None else REFERENCE_PROBE[dtype][1] / ratio
+
+
+def reference_build_s(kernels: CpuKernels | None, dtype: str, scale: float) -> dict[str, float]:
+    """Seconds per scheme to build a model `scale` times the reference's size in `dtype` here, where
+    no build was recorded: the reference's, scaled by size and by the probe (builds compute in `dtype`
+    as the probe does; unscaled where it did not time `dtype`, e.g. on a GPU)."""
+    slower, reference = _probe_ratio(kernels, dtype) or 1.0, REFERENCE_BUILD_S.get(dtype, _BF16_BUILD_S)
+    return {scheme: seconds * scale * slower for scheme, seconds in reference.items()}
+
+
+def _probe_ratio(kernels: CpuKernels | None, dtype: str) -> float | None:
+    """How many times the reference machine's time the probe's product takes here in `dtype`; None
+    where it was not timed."""
+    here = kernels.linear_ms(dtype) if kernels else None
     if not here or dtype not in REFERENCE_PROBE:
         return None
-    reference_ms, reference_rate = REFERENCE_PROBE[dtype]
-    return reference_rate * reference_ms / here
+    return here / REFERENCE_PROBE[dtype][0]
 
 
 def preview(matrix: RunMatrix, rates: Rates) -> list[str]:
@@ -108,20 +124,34 @@ def preview(matrix: RunMatrix, rates: Rates) -> list[str]:
         items[rag_task.TASK] = len(matrix.rag.generation)
     lines = [f"plan: {len(matrix.plan.entries)} checkpoints; items per task: "
              + ", ".join(f"{task} {n}" for task, n in items.items())]  # fmt: skip
-    costs: dict[str, float] = {}
+    costs: dict[tuple[str, str], float] = {}
     for entry in matrix.plan.entries:
         what, cost = _entry_plan(matrix, entry, rates, items)
         lines.append(f"  {entry.name:<22} {what}")
-        costs |= {f"{stage} {entry.name}": seconds for stage, seconds in cost.items()}
+        costs |= {(stage, entry.name): seconds for stage, seconds in cost.items()}
     total = sum(costs.values())
     if total < 1:
         return [*lines, "estimate: everything is done already; nothing to build or serve"]
-    top = max(costs, key=costs.__getitem__)
     lines.append(
         f"estimate: about {_duration(total)} on this machine ({rates.source}); the most of it: "
-        f"{top} ({_duration(costs[top])})"
+        f"{dominant_stage(costs)}"
     )
     return lines
+
+
+_STAGE_WORDS = {"build": "building", "serve": "server starts", "score": "scoring", "perplexity": "perplexity"}
+"""How the estimate names each stage of `_entry_plan`."""
+
+
+def dominant_stage(costs: dict[tuple[str, str], float]) -> str:
+    """The stage that takes the most of the estimate, summed over checkpoints (five scoring passes of 4
+    minutes outweigh one 10-minute build), e.g. `scoring, 5 checkpoints (20 min)`."""
+    per_stage: dict[str, list[float]] = {}
+    for (stage, _), seconds in costs.items():
+        per_stage.setdefault(stage, []).append(seconds)
+    top, parts = max(per_stage.items(), key=lambda pair: sum(pair[1]))
+    count = f"{len(parts)} checkpoint{'s' if len(parts) > 1 else ''}"
+    return f"{_STAGE_WORDS[top]}, {count} ({_duration(sum(parts))})"
 
 
 def _entry_plan(
