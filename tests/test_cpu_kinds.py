@@ -208,14 +208,22 @@ def test_the_expected_rate_scales_the_reference_of_the_profiles_dtype_by_the_pro
     assert expected_items_per_s(reference, "float16") is None  # no reference for it
 
 
-def test_reference_build_times_scale_with_the_model_and_the_probe_of_the_build_dtype() -> None:
-    from kqe.pipeline.preview import REFERENCE_BUILD_S, REFERENCE_PROBE, reference_build_s
+def test_reference_build_times_scale_with_the_model_the_probe_and_the_calibration_tokens() -> None:
+    from kqe.pipeline import preview
 
-    twice_as_slow = cpu.CpuKernels("_C_AVX2", False, bf16_ms=40.0, fp32_ms=2 * REFERENCE_PROBE["float32"][0])
-    float32 = REFERENCE_BUILD_S["float32"]
-    assert reference_build_s(twice_as_slow, "float32", 1.0) == pytest.approx(
+    reference_build_s = preview.reference_build_s
+    twice_as_slow = cpu.CpuKernels(
+        "_C_AVX2", False, bf16_ms=40.0, fp32_ms=2 * preview.REFERENCE_PROBE["float32"][0]
+    )
+    float32, tokens = preview.REFERENCE_BUILD_S["float32"], preview.REFERENCE_CALIB_TOKENS
+    assert reference_build_s(twice_as_slow, "float32", 1.0, tokens) == pytest.approx(
         {scheme: 2 * seconds for scheme, seconds in float32.items()}
     )
-    bfloat16 = REFERENCE_BUILD_S["bfloat16"]  # no probe (a GPU): the reference, scaled by size alone
-    assert reference_build_s(None, "bfloat16", 3.0) == pytest.approx({s: 3 * t for s, t in bfloat16.items()})
-    assert reference_build_s(twice_as_slow, "float16", 1.0) == bfloat16  # the probe times no float16
+    bfloat16 = preview.REFERENCE_BUILD_S["bfloat16"]  # no probe (a GPU): the reference, scaled by size alone
+    assert reference_build_s(None, "bfloat16", 3.0, tokens) == pytest.approx(
+        {s: 3 * t for s, t in bfloat16.items()}
+    )
+    assert reference_build_s(twice_as_slow, "float16", 1.0, tokens) == bfloat16  # the probe times no float16
+    quarter = reference_build_s(None, "bfloat16", 1.0, tokens // 4)  # calibrated schemes scale with tokens
+    assert quarter["awq-w4a16"] == pytest.approx(bfloat16["awq-w4a16"] / 4)
+    assert quarter["w4a16-rtn"] == bfloat16["w4a16-rtn"]  # data-free: no calibration to scale by

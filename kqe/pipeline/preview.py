@@ -23,20 +23,25 @@ from kqe.core.results import Perplexity, ScoreRun
 from kqe.pipeline.config import RunMatrix
 from kqe.pipeline.matrix import BASE, MatrixEntry
 from kqe.pipeline.stages import stage_files
-from quantize import build
+from quantize import build, schemes
 
 T = TypeVar("T", bound=Record)
 
-REFERENCE = {"items_per_s": 19.5, "server_start_s": 120.0, "perplexity_s": 32.0}
+REFERENCE = {"items_per_s": 19.5, "server_start_s": 45.0, "perplexity_s": 32.0}
 """Measured on the reference machine (Xeon with AVX-512 BF16 + AMX, 2 cores, gemma3-270m, cpu-small
-in bfloat16, 2026-12-01): scoring one run of 300 items with both cores computing; server start the
-median of 9 starts that day; perplexity the median of 6 records taken on one compute thread."""
+in bfloat16, 2026-12-01): scoring one run of 300 items with both cores computing; perplexity the median
+of 6 records taken on one compute thread. Server start: cpu-small is eager since 2026-12-02, when its
+starts took 36 and 43 s on the AVX2 EPYC (120 s compiled on the Xeon the day before)."""
 _BF16_BUILD_S = {"awq-w4a16": 510.0, "gptq-w4a16": 510.0, "w4a16-rtn": 14.0, "fp8-dynamic": 12.0}
 _FP32_BUILD_S = {"awq-w4a16": 1166.0, "gptq-w4a16": 1166.0, "w4a16-rtn": 15.0, "fp8-dynamic": 16.0}
 REFERENCE_BUILD_S = {"bfloat16": _BF16_BUILD_S, "float32": _FP32_BUILD_S}
 """Per build dtype, seconds per scheme where `REFERENCE_PROBE` of that dtype was measured: bfloat16 on
-the reference Xeon, float32 on the AVX2-only EPYC (the default first run of 2026-12-02: AWQ 64 × 384
-tokens 1176 and 1156 s; the Xeon emulating AVX2 took 610 s). GPTQ was not timed: taken as AWQ."""
+the reference Xeon, float32 on the AVX2-only EPYC (the default first run of 2026-12-02: AWQ 1176 and
+1156 s; the Xeon emulating AVX2 took 610 s), all over `REFERENCE_CALIB_TOKENS`. GPTQ was not timed:
+taken as AWQ."""
+REFERENCE_CALIB_TOKENS = 64 * 384
+"""Calibration tokens of the reference builds: a calibrated build's time grows with them (AWQ's scale
+search runs each layer over every token once per grid point)."""
 REFERENCE_PARAMS_B = 0.27
 REFERENCE_PROBE = {"bfloat16": (1.003, 19.5), "float32": (4.832, 4.6)}
 """Per serve dtype: the CPU probe's product (ms, `evals.serving.cpu`) and the base's scoring rate
@@ -78,7 +83,8 @@ def recorded_rates(matrix: RunMatrix) -> Rates:
     for ckpt in _records(matrix.ws.checkpoints(matrix.model), "*/checkpoint.json", Checkpoint):
         if ckpt.build_dtype == dtype:
             built.setdefault(ckpt.scheme, []).append(ckpt.wall_s)
-    reference_builds = reference_build_s(kernels, dtype, scale)
+    calib_tokens = matrix.cfg.calib_samples * matrix.cfg.calib_seq_len
+    reference_builds = reference_build_s(kernels, dtype, scale, calib_tokens)
     measured = [name for name, found in (("score", speeds), ("start", starts), ("build", built)) if found]
     source = f"rates recorded here ({', '.join(measured)})" if measured else "reference-machine rates"
     if probed and not speeds:
@@ -99,12 +105,19 @@ def expected_items_per_s(kernels: CpuKernels, dtype: str) -> float | None:
     return None if ratio is None else REFERENCE_PROBE[dtype][1] / ratio
 
 
-def reference_build_s(kernels: CpuKernels | None, dtype: str, scale: float) -> dict[str, float]:
+def reference_build_s(
+    kernels: CpuKernels | None, dtype: str, scale: float, calib_tokens: int
+) -> dict[str, float]:
     """Seconds per scheme to build a model `scale` times the reference's size in `dtype` here, where
-    no build was recorded: the reference's, scaled by size and by the probe (builds compute in `dtype`
-    as the probe does; unscaled where it did not time `dtype`, e.g. on a GPU)."""
+    no build was recorded: the reference's, scaled by size, by the probe (builds compute in `dtype`
+    as the probe does; unscaled where it did not time `dtype`, e.g. on a GPU) and, for calibrated
+    schemes, by `calib_tokens`."""
     slower, reference = _probe_ratio(kernels, dtype) or 1.0, REFERENCE_BUILD_S.get(dtype, _BF16_BUILD_S)
-    return {scheme: seconds * scale * slower for scheme, seconds in reference.items()}
+    calibrated = calib_tokens / REFERENCE_CALIB_TOKENS
+    return {
+        scheme: seconds * scale * slower * (calibrated if schemes.SCHEMES[scheme].needs_calibration else 1.0)
+        for scheme, seconds in reference.items()
+    }
 
 
 def _probe_ratio(kernels: CpuKernels | None, dtype: str) -> float | None:
