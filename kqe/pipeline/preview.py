@@ -184,7 +184,9 @@ def _entry_plan(
             matrix.ws, matrix.base, recipe.scheme, recipe, calib, entry.name, matrix.plan.build_dtype
         )
         building = "the base weights" if recipe.scheme == BASE else "reuse the build" if found else "build"
-    cost = {} if found or recipe is None else {"build": rates.build_s.get(recipe.scheme, 0.0)}
+    cost: dict[str, float] = {}
+    if not (found or recipe is None or recipe.scheme == BASE):  # the base is served as it is
+        cost["build"] = rates.build_s.get(recipe.scheme, 0.0)
     left = dict(items)
     if found is not None:
         files = stage_files(matrix, found)
