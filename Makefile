@@ -5,7 +5,7 @@ MODEL ?= gemma3-270m
 SCHEMES ?= bf16,awq-w4a16,w4a16-rtn,fp8-dynamic
 CALIB ?= ko70,en100
 TASKS ?= kmmlu,mmlu
-LIMIT ?= 300
+LIMIT ?=
 PROFILE ?=
 TARGET_GPU ?=
 SCORE_PROFILE ?=
@@ -22,7 +22,7 @@ setup:
 
 eval: setup
 	$(KQE) eval --model '$(MODEL)' --schemes '$(SCHEMES)' --calibration '$(CALIB)' \
-	  --tasks '$(TASKS)' --limit '$(LIMIT)' --profile '$(PROFILE)' \
+	  --tasks '$(TASKS)' $(if $(LIMIT),--limit '$(LIMIT)') --profile '$(PROFILE)' \
 	  --target-gpu '$(TARGET_GPU)' --score-profile '$(SCORE_PROFILE)' --extra '$(EXTRA)' --recipes '$(RECIPES)' --run '$(RUN)' \
 	  $(EVAL_FLAGS)
 

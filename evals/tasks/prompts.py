@@ -156,20 +156,18 @@ def _label(source: data.Source, spec: TaskSpec, n_source: int, rows: list[dict[s
     return label
 
 
-def prepare_tasks(ws: Workspace, tasks: list[str], limit: int | None, seed: int) -> Path:
+def prepare_tasks(
+    ws: Workspace, tasks: list[str], limit: int | None, seed: int, online: bool = False
+) -> Path:
     """Write `<task>.jsonl` and `<task>.source.json` for each task into `ws.cache/tasks/<key>/`; return
-    that folder.
+    that folder. `online`: the hub's full test sets where a task has them (`evals.tasks.item_sets`).
 
     The key hashes the tasks, limit, seed, data format and source identities (file hashes, or hub id
     and pinned revision), so a re-run with the same inputs reuses the folder without reading the
     source, and any change gets a new one.
     """
-    check_tasks(tasks)
-    _only_choice_tasks(tasks)
-    sources = {task: TASK_SPECS[task].source(ws) for task in tasks}
-    identities = {task: source.identity for task, source in sources.items()}
-    key = content_hash({"format": DATA_FORMAT, "limit": limit, "seed": seed, "sources": identities})
-    out = ws.cache / "tasks" / key
+    sources = task_sources(ws, tasks, online)
+    out = _prepared_dir(ws, sources, limit, seed)
     for task, source in sources.items():
         path, meta = out / f"{task}.jsonl", out / f"{task}.source.json"
         if path.is_file() and meta.is_file():
@@ -185,6 +183,29 @@ def prepare_tasks(ws: Workspace, tasks: list[str], limit: int | None, seed: int)
         write_atomic(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in sample))
         log.info("%s: %s -> %s", task, label, path)
     return out
+
+
+def task_sources(ws: Workspace, tasks: list[str], online: bool) -> dict[str, data.Source]:
+    """Where each choice task's items come from in this run; nothing is read yet."""
+    check_tasks(tasks)
+    _only_choice_tasks(tasks)
+    return {task: TASK_SPECS[task].source(ws, online) for task in tasks}
+
+
+def to_download(ws: Workspace, tasks: list[str], limit: int | None, seed: int, online: bool) -> list[str]:
+    """`repo@revision` of each hub dataset `prepare_tasks` would download (none once prepared)."""
+    if not tasks:
+        return []
+    sources = task_sources(ws, tasks, online)
+    out = _prepared_dir(ws, sources, limit, seed)
+    missing = [s for t, s in sources.items() if not (out / f"{t}.jsonl").is_file() and s.hub is not None]
+    return list(dict.fromkeys(source.hub for source in missing if source.hub))
+
+
+def _prepared_dir(ws: Workspace, sources: dict[str, data.Source], limit: int | None, seed: int) -> Path:
+    identities = {task: source.identity for task, source in sources.items()}
+    key = content_hash({"format": DATA_FORMAT, "limit": limit, "seed": seed, "sources": identities})
+    return ws.cache / "tasks" / key
 
 
 def source_label(task: str, data_dir: Path) -> str:

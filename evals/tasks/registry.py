@@ -17,8 +17,8 @@ from kqe.core.workspace import Workspace
 class TaskSpec:
     """One letter-choice task we score: which items, how many shots, which lm-eval task renders it."""
 
-    source: Callable[[Workspace], Source]
-    """Where its items come from in this environment (hub, local copy or offline)."""
+    source: Callable[[Workspace, bool], Source]
+    """Where its items come from, given whether the run is online (hub, local copy or offline)."""
     shots: int
     """Shots asked for; offline KMMLU has at most 4 per item."""
     lm_eval_task: str

@@ -11,10 +11,10 @@ from typing import Any
 
 import click
 
-from kqe.commands.guard import echo, run_guarded, split_list
+from kqe.commands.guard import ONLINE_HELP, echo, item_choice, run_guarded, split_list
 from kqe.core import defaults
 from kqe.core.errors import UserError
-from kqe.core.records import CalibrationSet, Record
+from kqe.core.records import CalibrationSet, ItemChoice, Record
 
 
 def render(record: CalibrationSet) -> str:
@@ -60,6 +60,8 @@ class CalibrateConfig(Record):
     """Wrap each sample in the chat template as a user turn."""
     tasks: tuple[str, ...] = defaults.TASKS
     """Multiple-choice tasks whose items (as `kqe eval` samples them) the set is guarded against."""
+    items: ItemChoice = ItemChoice()
+    """Online or offline items, as `kqe eval` decides for the same model and environment."""
     limit: int | None = defaults.LIMIT
     """Items per task as `kqe eval`; None: every item."""
     allow_contamination: bool = False
@@ -98,8 +100,9 @@ class CalibrateConfig(Record):
     help="Multiple-choice tasks whose items (as kqe eval samples them) the set is guarded against.",
 )
 @click.option(
-    "--limit", default=defaults.LIMIT, show_default=True, help="Items per task as kqe eval; 0: every item."
+    "--limit", default=None, type=int, help="Items per task as kqe eval (its default too); 0: every item."
 )
+@click.option("--online/--offline", default=None, help=ONLINE_HELP)
 @click.option(
     "--allow-contamination", is_flag=True, help="Keep windows that share a 13-gram with an evaluation item."
 )
@@ -111,9 +114,10 @@ def calibrate_command(**options: Any) -> None:
     def action() -> None:
         as_json = options.pop("as_json")
         tasks, sources, limit = options.pop("tasks"), options.pop("sources"), options.pop("limit")
+        items = item_choice(options.pop("online"), options["model"])
         cfg = CalibrateConfig(
-            tasks=split_list(tasks), sources=split_list(sources) if sources else None, limit=limit or None,
-            **options,
+            tasks=split_list(tasks), sources=split_list(sources) if sources else None, items=items,
+            limit=items.limit(limit), **options,
         )  # fmt: skip
         record = build(cfg)
         echo(record.to_json() if as_json else render(record))
@@ -142,7 +146,7 @@ def build(cfg: CalibrateConfig) -> CalibrationSet:
     check_lengths(base, cfg.samples, cfg.seq_len, label)
     items: list[str] = []
     if not cfg.allow_contamination:
-        data_dir = prepare_tasks(ws, list(cfg.tasks), cfg.limit, cfg.seed)
+        data_dir = prepare_tasks(ws, list(cfg.tasks), cfg.limit, cfg.seed, cfg.items.online)
         items = item_texts(item for task in cfg.tasks for item in load_prompts(task, data_dir))
     return build_calibration_set(
         ws, base, mix, cfg.samples, cfg.seq_len, cfg.seed, label, sources, eval_items=items,

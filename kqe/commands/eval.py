@@ -15,7 +15,17 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from kqe.commands.guard import Number, ProgressDisplay, RateColumn, console, echo, run_guarded, split_list
+from kqe.commands.guard import (
+    ONLINE_HELP,
+    Number,
+    ProgressDisplay,
+    RateColumn,
+    console,
+    echo,
+    item_choice,
+    run_guarded,
+    split_list,
+)
 from kqe.core import defaults
 from kqe.core.errors import UserError
 from kqe.core.text import json_text, printable
@@ -66,9 +76,15 @@ from kqe.core.workspace import Workspace
 )
 @click.option(
     "--limit",
-    default=defaults.LIMIT,
-    show_default=True,
-    help="Items per task at most, subject-stratified; 0 scores every item.",
+    default=None,
+    type=int,
+    help=f"Items per task at most, subject-stratified; 0 scores every item. Default: every item online, "
+    f"{defaults.LIMIT} offline.",
+)
+@click.option(
+    "--online/--offline",
+    default=None,
+    help=ONLINE_HELP,
 )
 @click.option(
     "--profile",
@@ -161,9 +177,11 @@ def eval_command(**options: Any) -> None:
             raise UserError("--json prints the plan of --dry-run: give both, or neither")
         if not split_list(options["schemes"]):
             raise UserError(f"--schemes {options['schemes']!r} names no scheme: give e.g. bf16,awq-w4a16")
+        items = item_choice(options.pop("online"), options["model"])
+        limit = items.limit(options["limit"])
         options.update(
-            schemes=split_list(options["schemes"]), tasks=split_list(options["tasks"]),
-            calibrations=split_mixes(options["calibrations"]), limit=options["limit"] or None,
+            schemes=split_list(options["schemes"]), tasks=split_list(options["tasks"]), items=items,
+            calibrations=split_mixes(options["calibrations"]), limit=limit,
             extra=split_list(options["extra"]), recipes=options["recipes"] or None,
             run=options["run"] or None, target_gpu=options["target_gpu"] or None,
             score_profile=options["score_profile"] or None, profile=_profile(options),
@@ -198,6 +216,7 @@ def _print_answer(cfg: Any, board: Path, rows: list[Any]) -> None:
     `kqe choose` recommends for the target, and where the files are."""
     from evals.planning.decide import choose
     from evals.reporting.report import read_run_summary
+    from evals.reporting.report_text import item_lines
     from evals.reporting.summary import summary_table
     from kqe.commands.choose import load_target
 
@@ -207,7 +226,7 @@ def _print_answer(cfg: Any, board: Path, rows: list[Any]) -> None:
             f"everything reused: no checkpoint built, no server started ({len(rows)} checkpoints); "
             "the answer of the earlier run:", highlight=False, markup=False,
         )  # fmt: skip
-    echo("\n".join(summary_table(rows)))
+    echo("\n".join([*item_lines(rows), *summary_table(rows)]))
     if cfg.target_gpu:
         try:  # the run is done whatever choose says: its answer is a finding, not a failure
             target = load_target(board, rows, cfg.target_gpu, None, cfg.profile)

@@ -6,7 +6,7 @@ import math
 import sys
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -17,6 +17,9 @@ from kqe.core.errors import UserError
 from kqe.core.io import write_atomic
 from kqe.core.text import printable
 from kqe.core.workspace import Workspace
+
+if TYPE_CHECKING:
+    from kqe.core.records import ItemChoice
 
 console = Console(stderr=True)
 
@@ -46,6 +49,21 @@ class Number(click.ParamType):
 def split_list(value: str) -> tuple[str, ...]:
     """`a, b,,c` -> ("a", "b", "c")."""
     return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+ONLINE_HELP = (
+    "Score KMMLU and MMLU's full test splits from the hub, or the offline sets (KMMLU-HARD dev, an MMLU "
+    "sample). Default: online for a hub model or KQE_ONLINE=1; offline for the embedded model, a model "
+    "folder or KQE_OFFLINE=1 (which wins over both)."
+)
+
+
+def item_choice(asked: bool | None, model: str) -> ItemChoice:
+    """Online or offline items for a run of `model` (`evals.tasks.item_sets.choose`)."""
+    from evals.tasks.item_sets import choose
+    from kqe.core.registry import resolve_model
+
+    return choose(resolve_model(model, Workspace.from_env()), asked)
 
 
 class RateColumn(ProgressColumn):

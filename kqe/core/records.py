@@ -14,6 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kqe.core import defaults
+
 SCHEMA_VERSION = 3
 
 
@@ -83,6 +85,22 @@ class ModelSpec(Record):
     """Name of the offline installer for this model (`gemma3-gguf`), or None when it needs the hub."""
     local_path: str | None = None
     """Directory of an already-downloaded model; set for `MODEL=/path` and for installed offline models."""
+
+
+class ItemChoice(Record):
+    """Whether a run scores the hub's full test sets, and what decided it."""
+
+    online: bool = False
+    """KMMLU and MMLU from the hub's full test splits (True) or the offline sets (False)."""
+    why: str = "offline unless asked"
+    """What decided it: `--online`, `KQE_OFFLINE=1`, `hub model org/name`, `local model folder`, …"""
+
+    def limit(self, given: int | None) -> int | None:
+        """Items per task for a `--limit` given (0: every item) or not (None): every item online, a
+        sample offline."""
+        if given is None:
+            return None if self.online else defaults.LIMIT
+        return given or None
 
 
 class SourceFile(Record):

@@ -6,6 +6,7 @@ builds the calibration sets and the task prompts, so a typo fails before any lon
 
 from __future__ import annotations
 
+import logging
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,18 +17,20 @@ from evals.planning.vllm_memory import gpu_named
 from evals.serving import hardware, serve
 from evals.serving.hardware import Device
 from evals.serving.processes import forced_port
-from evals.tasks import prompts
+from evals.tasks import item_sets, prompts
 from evals.tasks.ko_rag import task as rag_task
 from evals.tasks.registry import TASK_SPECS
 from kqe.core import defaults
 from kqe.core.errors import UserError
 from kqe.core.modelstore import LocalModel, local_model
-from kqe.core.records import CalibrationSet, ModelSpec, Record, ServeProfile
+from kqe.core.records import CalibrationSet, ItemChoice, ModelSpec, Record, ServeProfile
 from kqe.core.registry import check_remote_code, resolve_model
 from kqe.core.workspace import Workspace, safe_name
 from kqe.pipeline.matrix import BASE, MatrixEntry, calibration_references, mix_label, plan_matrix
 from quantize import build, calibration, contamination, external, schemes
 from quantize.recipes import resolve_recipes
+
+log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]
 """Called with (what, done, total) as long work advances."""
@@ -49,8 +52,11 @@ class EvalConfig(Record):
     """Tokens per calibration sample."""
     tasks: tuple[str, ...] = defaults.TASKS
     """Tasks to score."""
+    items: ItemChoice = ItemChoice()
+    """Whether KMMLU and MMLU come from the hub's full test sets or the offline sets, and why
+    (`kqe eval` decides it from the model and the environment, `evals.tasks.item_sets`)."""
     limit: int | None = defaults.LIMIT
-    """Items per task at most (subject-stratified); None scores every item."""
+    """Items per task at most (subject-stratified); None scores every item (`kqe eval`'s default online)."""
     profile: str = defaults.CPU_PROFILE
     """Serve profile: the one every checkpoint is scored under, or, with a target GPU, the one it
     will be deployed with (its memory columns are planned or measured under it)."""
@@ -87,7 +93,8 @@ class EvalConfig(Record):
         parts = ["kqe", "eval", "--model", self.model, "--schemes", ",".join(self.schemes)]
         parts += ["--calibration", ",".join(self.calibrations), "--calib-samples", str(self.calib_samples)]
         parts += ["--calib-seq-len", str(self.calib_seq_len), "--tasks", ",".join(self.tasks)]
-        parts += ["--limit", str(self.limit or 0), "--profile", self.profile, "--seed", str(self.seed)]
+        parts += ["--online" if self.items.online else "--offline", "--limit", str(self.limit or 0)]
+        parts += ["--profile", self.profile, "--seed", str(self.seed)]
         if self.target_gpu:
             parts += ["--target-gpu", self.target_gpu]
         if self.gpu_gib:
@@ -208,20 +215,24 @@ def _placement(
 def prepare_matrix(cfg: EvalConfig, ws: Workspace, progress: Progress) -> RunMatrix:
     """Check every input first (cheap), then build the calibration sets and the task prompts."""
     spec = resolve_model(cfg.model, ws)
-    base = local_model(spec, ws)  # a model not installed is said first
+    base = local_model(spec, ws)  # a model not installed is said first (a hub model: downloaded)
     check_remote_code(base.folder, cfg.trust_remote_code)
     plan = plan_run(cfg, ws, spec)
+    for line in item_sets.announce(ws, list(cfg.tasks), cfg.items, cfg.limit):
+        log.info("%s", line)
+    choice_tasks = [task for task in cfg.tasks if task in TASK_SPECS]
+    downloads = prompts.to_download(ws, choice_tasks, cfg.limit, cfg.seed, cfg.items.online)
+    item_sets.check_hub(downloads, cfg.items)  # before calibrating, building or serving anything
     entries = plan.entries
     for name, recipe in plan.recipes.items():  # a group size the layers cannot take fails before calibrating
         build.check_group_size(base.folder, recipe, f"{name} of {spec.name}")
     used = {entry.mix for entry in entries}
     labelled = {mix_label(mix): mix for mix in cfg.calibrations}
     parsed = {label: calibration.parse_mix(mix) for label, mix in labelled.items() if label in used}
-    choice_tasks = [task for task in cfg.tasks if task in TASK_SPECS]
     task_prompts: dict[str, list[prompts.PromptItem]] = {}
     sources: dict[str, str] = {}
     if choice_tasks:
-        data_dir = prompts.prepare_tasks(ws, choice_tasks, cfg.limit, cfg.seed)
+        data_dir = prompts.prepare_tasks(ws, choice_tasks, cfg.limit, cfg.seed, cfg.items.online)
         task_prompts = {task: prompts.load_prompts(task, data_dir) for task in choice_tasks}
         sources = {task: prompts.source_label(task, data_dir) for task in choice_tasks}
     rag = None

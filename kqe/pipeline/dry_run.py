@@ -14,6 +14,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from evals.planning.placement import Placement
+from evals.tasks import item_sets, prompts
+from evals.tasks.registry import TASK_SPECS
 from kqe.core.results import ScoreRun
 from kqe.core.workspace import Workspace
 from kqe.pipeline.config import EvalConfig, RunPlan
@@ -23,7 +25,9 @@ def describe(cfg: EvalConfig, plan: RunPlan, ws: Workspace) -> dict[str, Any]:
     """The plan as one JSON object: `{"target": {...}, "checkpoints": [...]}`."""
     target = plan.placement.target
     stages = ws.results(plan.spec.name) / "stages"
-    items = (cfg.limit or 0) * len(cfg.tasks) or None
+    item_plan = _items(cfg, ws)
+    counts = [task["scored"] for task in item_plan["tasks"]]
+    items = sum(counts) if counts and None not in counts else None
     mixes = {entry.name: entry.mix for entry in plan.entries}
     placements = plan.placement.checkpoints
     return {
@@ -33,7 +37,26 @@ def describe(cfg: EvalConfig, plan: RunPlan, ws: Workspace) -> dict[str, Any]:
             "gpu": target.gpu, "label": target.label, "gpu_gib": target.gpu_gib, "count": target.count,
             "profile": target.profile.name, "profile_key": target.profile.key,
         },
+        "items": item_plan,
         "checkpoints": [_checkpoint(p, mixes.get(p.checkpoint), stages, items) for p in placements],
+    }  # fmt: skip
+
+
+def _items(cfg: EvalConfig, ws: Workspace) -> dict[str, Any]:
+    """Which item sets the run would score and fetch, and how many items: nothing is downloaded."""
+    choice_tasks = [task for task in cfg.tasks if task in TASK_SPECS]
+    sources = prompts.task_sources(ws, choice_tasks, cfg.items.online) if choice_tasks else {}
+    tasks = [
+        {
+            "task": task, "set": source.name, "where": source.where, "full": source.full,
+            "source_items": source.items, "download": source.hub,
+            "scored": None if source.items is None else min(cfg.limit or source.items, source.items),
+        }
+        for task, source in sources.items()
+    ]  # fmt: skip
+    return {
+        "online": cfg.items.online, "why": cfg.items.why, "limit": cfg.limit, "tasks": tasks,
+        "lines": item_sets.announce(ws, list(cfg.tasks), cfg.items, cfg.limit),
     }  # fmt: skip
 
 
@@ -77,7 +100,7 @@ def lines(described: dict[str, Any]) -> list[str]:
     head = f"{described['model']} on this machine ({described['device']})"
     if target:
         head += f"; target {target['label']} ×{target['count']} under {target['profile']}"
-    out = [head]
+    out = [head, *(f"  {line}" for line in described["items"]["lines"])]
     for c in described["checkpoints"]:
         fits = {
             True: "fits",

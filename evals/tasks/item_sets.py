@@ -1,0 +1,116 @@
+"""Which benchmark items a run scores: the hub's full test sets (online) or the offline sets, decided once.
+
+Online when the model comes from the hub (a registry model without an offline installer, or
+`hf:org/name`) or when asked (`--online`, `KQE_ONLINE=1`); offline for the embedded default model and
+local model folders, or when asked (`--offline`, `KQE_OFFLINE=1`, which wins over `KQE_ONLINE=1` and the
+model). Online, KMMLU and MMLU are their full test splits at pinned revisions and every item is scored
+unless a limit is given; offline, the KMMLU-HARD dev items and a subject-stratified MMLU sample.
+
+The hub is never probed to decide: whether it happens to answer must not change which items a run
+scores. When items must be downloaded and it does not answer, the run stops before any work with a
+one-line error that says how to run offline.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.error
+import urllib.request
+
+from evals.statistics.stats import minimum_detectable_effect
+from evals.tasks import prompts
+from evals.tasks.benchmark_data import KMMLU_DIR_ENV, MMLU_DIR_ENV, Source
+from evals.tasks.registry import TASK_SPECS
+from kqe.core.errors import UserError
+from kqe.core.records import ItemChoice, ModelSpec
+from kqe.core.workspace import Workspace
+
+ONLINE_ENV = "KQE_ONLINE"
+OFFLINE_ENV = "KQE_OFFLINE"
+HUB_ENDPOINT = "https://huggingface.co"
+"""Where the hub is asked when `HF_ENDPOINT` (huggingface_hub's own variable) is not set."""
+PROBE_TIMEOUT_S = 10.0
+FLIP_SHARES = (0.05, 0.35)
+"""Shares of answers a checkpoint flips against its base, low and high, for the resolution said before
+a run: FP8 flipped 6% and 4-bit schemes 37% of gemma3-270m's KMMLU-HARD answers (results/gemma3-270m)."""
+
+
+def choose(spec: ModelSpec, asked: bool | None) -> ItemChoice:
+    """Online or offline for a run of `spec`: the flag given, else the environment, else the model."""
+    if asked is not None:
+        return ItemChoice(online=asked, why="--online" if asked else "--offline")
+    if _set(OFFLINE_ENV):
+        return ItemChoice(online=False, why=f"{OFFLINE_ENV}=1")
+    if _set(ONLINE_ENV):
+        return ItemChoice(online=True, why=f"{ONLINE_ENV}=1")
+    if spec.local_path:
+        return ItemChoice(online=False, why="local model folder")
+    if spec.offline:
+        return ItemChoice(online=False, why=f"{spec.name} installed without the hub")
+    return ItemChoice(online=True, why=f"hub model {spec.hub_id}")
+
+
+def _set(variable: str) -> bool:
+    return os.environ.get(variable, "") not in ("", "0")
+
+
+def announce(ws: Workspace, tasks: list[str], choice: ItemChoice, limit: int | None) -> list[str]:
+    """What will be scored, said before any work: one line per choice task, then what decided it."""
+    choice_tasks = [task for task in tasks if task in TASK_SPECS]
+    if not choice_tasks:
+        return []
+    sources = prompts.task_sources(ws, choice_tasks, choice.online)
+    lines = [f"{TASK_SPECS[task].label}: {describe(source, limit)}" for task, source in sources.items()]
+    online = sources if choice.online else prompts.task_sources(ws, choice_tasks, True)
+    if any(source.hub for source in online.values()):  # the choice changes some task's items
+        other = f"{OFFLINE_ENV}=1 scores the offline sets" if choice.online else (
+            f"{ONLINE_ENV}=1 (with network) scores the full test splits"
+        )  # fmt: skip
+        lines.append(f"items {'online' if choice.online else 'offline'} ({choice.why}); {other} instead")
+    return lines
+
+
+def describe(source: Source, limit: int | None) -> str:
+    """`full test split (HAERAE-HUB/KMMLU@d61b3f1), 35,030 items — differences under ~0.3–0.9 points …`."""
+    what = f"{'full test split' if source.full else source.name} ({source.where})"
+    if source.items is None:
+        return f"{what}, every item{'' if limit is None else f' up to {limit:,}'} (counted on reading)"
+    scored = source.items if limit is None else min(limit, source.items)
+    count = f"{source.items:,} items" if scored == source.items else (
+        f"{scored:,} of {source.items:,} items sampled across subjects"
+    )  # fmt: skip
+    return f"{what}, {count} — {unresolved(scored)}"
+
+
+def unresolved(items: int) -> str:
+    """The losses `items` paired items cannot tell from noise (McNemar MDE over FLIP_SHARES)."""
+    low, high = (100 * minimum_detectable_effect(items, share) for share in FLIP_SHARES)
+    return f"differences under ~{_points(low)}–{_points(high)} points cannot be resolved"
+
+
+def _points(value: float) -> str:
+    return f"{value:.0f}" if value >= 2 else f"{value:.1f}"
+
+
+def check_hub(downloads: list[str], choice: ItemChoice) -> None:
+    """Stop with one line when `downloads` (`repo@revision`) must come from a hub that does not answer.
+
+    Any HTTP answer counts as reachable (a wrong revision is the download's own error). With
+    `HF_HUB_OFFLINE=1` nothing is asked: the datasets cache serves the files or the load says so.
+    """
+    if not downloads or _set("HF_HUB_OFFLINE"):
+        return
+    endpoint = os.environ.get("HF_ENDPOINT", HUB_ENDPOINT).rstrip("/")
+    repo, revision = downloads[0].split("@")
+    try:
+        urllib.request.urlopen(f"{endpoint}/api/datasets/{repo}/revision/{revision}", timeout=PROBE_TIMEOUT_S)
+    except urllib.error.HTTPError:
+        return
+    except (urllib.error.URLError, OSError) as err:
+        reason = getattr(err, "reason", err)
+        names = ", ".join(download.split("@")[0] for download in downloads)
+        raise UserError(
+            f"{names} must come from the hub ({choice.why}) but {endpoint} does not answer ({reason}): run "
+            f"offline with {OFFLINE_ENV}=1 (KMMLU-HARD dev and an MMLU sample), or point {KMMLU_DIR_ENV} / "
+            f"{MMLU_DIR_ENV} at local copies"
+        ) from None
