@@ -78,6 +78,13 @@ def test_a_first_run_shows_its_plan_its_progress_and_its_answer(tiny_model_dir: 
     for stage in ("calibration sets", "build awq-w4a16-ko70", "serve bf16", "score bf16 kmmlu_hard",
                   "score awq-w4a16-ko70 mmlu", "perplexity awq-w4a16-ko70"):  # fmt: skip
         assert stage in shown, stage
+    said = "KMMLU: KMMLU-HARD dev (offline), 20 of 225 items sampled across subjects — differences under ~"
+    assert said in flowing and "items offline (local model folder); KQE_ONLINE=1" in flowing
+    assert re.search(  # the answer says which items again, with the MDE the checkpoints had
+        r"KMMLU: KMMLU-HARD dev \(offline, 225 items\), 0-shot; 20 sampled across subjects \(seed \d+\) — "
+        r"losses under [\d.–]+ points cannot be resolved on these items \(MDE\)",
+        flowing,
+    )
     assert re.search(r"checkpoint +KMMLU Δ \[95% CI\] +MMLU Δ \[95% CI\] +KMMLU verdict", shown)
     assert re.search(r"awq-w4a16-ko70 +[+-]\d+\.\d \[", shown) and "leaderboard: " in shown
     print(f"first run: estimate {seconds} s ({estimate.group(3)}), measured {wall:.0f} s")  # noqa: T201

