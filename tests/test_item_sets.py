@@ -131,7 +131,7 @@ def test_kqe_offline_and_the_embedded_model_plan_the_offline_sets(home_with_sour
     assert (items["online"], items["why"], items["limit"]) == (False, "KQE_OFFLINE=1", 300)
     kmmlu, mmlu = items["tasks"]
     assert (kmmlu["set"], kmmlu["scored"], kmmlu["download"]) == ("KMMLU-HARD dev", 225, None)
-    assert (mmlu["scored"], mmlu["download"]) == (300, None)
+    assert (mmlu["source_items"], mmlu["scored"], mmlu["download"]) == (24, 24, None)  # the fixture's rows
     assert items["lines"][0].startswith("KMMLU: KMMLU-HARD dev (offline), 225 items — differences under ~4–")
     code, out = eval_cli(home_with_sources, "--dry-run", "--json")  # the embedded default model
     assert code == 0, out
