@@ -1,9 +1,10 @@
 """Benchmarks of the paired statistics (not unit tests): are the CIs honest, is a true null rarely
 called a loss, does the MDE mean 80% power, and are all comparisons of a full-size run fast?
 
-    .venv/bin/python -m bench.stats_bench [--replicates 2000] [--only sim|mde|speed]
+    .venv/bin/python -m bench.stats_bench [--replicates 2000] [--only sim|clusters|mde|speed]
 
-Prints one table per part and appends a row per part to `results/bench/stats_{sim,mde,speed}.csv`.
+Prints one table per part and appends a row per part to
+`results/bench/stats_{sim,clusters,mde,speed}.csv`.
 
 The simulation draws each replicate's subjects from a population (base accuracy, P(right→wrong)
 and P(wrong→right) per subject from Beta laws), then items within subjects, so the true Δ is the
@@ -28,11 +29,14 @@ import numpy as np
 from evals.statistics.pairing import PairedItems, ScoredItem
 from evals.statistics.stats import (
     BOOTSTRAP_RESAMPLES,
+    ITEM_FLOOR,
     SIGNIFICANT_LOSS,
+    _cluster_replicates,
     compare_paired,
     compare_tasks,
     mcnemar_p,
     minimum_detectable_effect,
+    percentile_ci,
 )
 
 OUT_DIR = Path("results/bench")
@@ -50,6 +54,9 @@ class Scenario:
     base_acc: float
     c2w: float
     w2c: float
+    icc: float | None = None
+    """Within-subject correlation of each per-subject rate (Beta-Bernoulli: 1 / (concentration + 1));
+    None: concentration CONCENTRATION."""
 
     @property
     def true_delta(self) -> float:
@@ -59,16 +66,24 @@ class Scenario:
         """The same population with P(wrong→right) set so that the true Δ is 0."""
         balanced = self.base_acc * self.c2w / (1 - self.base_acc)
         return Scenario(
-            f"{self.name} (null)", self.subjects, self.per_subject, self.base_acc, self.c2w, balanced
+            f"{self.name} (null)",
+            self.subjects,
+            self.per_subject,
+            self.base_acc,
+            self.c2w,
+            balanced,
+            self.icc,
         )
 
     def draw(self, rng: np.random.Generator) -> PairedItems:
         clusters = np.repeat(np.arange(self.subjects), self.per_subject)
 
+        concentration = CONCENTRATION if self.icc is None else 1 / self.icc - 1 if self.icc else None
+
         def rates(mean: float) -> np.ndarray:
-            if self.subjects == 1:  # items without subjects: one population rate
+            if self.subjects == 1 or concentration is None:  # one population rate
                 return np.full(len(clusters), mean)
-            per = rng.beta(mean * CONCENTRATION, (1 - mean) * CONCENTRATION, self.subjects)
+            per = rng.beta(mean * concentration, (1 - mean) * concentration, self.subjects)
             return per[clusters]
 
         base_acc, c2w, w2c = rates(self.base_acc), rates(self.c2w), rates(self.w2c)
@@ -171,6 +186,68 @@ def run_simulation(replicates: int) -> dict[str, float]:
     return row
 
 
+CLUSTER_COUNTS = (3, 5, 9, 20, 45)
+GRID_COLUMNS = {"cover": 9, "old_method_cover": 16, "floored": 8, "sig_loss": 10}
+"""Per-cell shares printed, with their column widths."""
+GRID_HEADS = ("coverage", "old: percentile", "floored", "sig. loss")
+ICCS = (0.0, 0.05, 0.2)
+GRID_ITEMS = 900
+
+
+def grid_scenario(subjects: int, icc: float) -> Scenario:
+    """900 items in `subjects` subjects, half right, 12% of right answers lost and 6% of wrong ones
+    gained (Δ = −3 points); its null() flips 8% each way (4% of all items each way)."""
+    return Scenario(f"K={subjects} icc={icc:g}", subjects, GRID_ITEMS // subjects, 0.5, 0.12, 0.06, icc)
+
+
+def _old_method_ci(paired: PairedItems, seed: int) -> tuple[float, float]:
+    """The previous method, for comparison: the stretched cluster bootstrap's percentile interval, no
+    item floor (the symmetric interval with the floor replaced it after this grid)."""
+    _, index = np.unique(paired.clusters, return_inverse=True)
+    rng = np.random.default_rng([seed, 7])
+    base_star, cand_star = _cluster_replicates(paired, index, BOOTSTRAP_RESAMPLES, rng)
+    low, high = percentile_ci(cand_star - base_star, 0.5 / len(paired.base_ok))
+    return low, high
+
+
+def _grid_cell(scenario: Scenario, replicates: int, rng: np.random.Generator) -> dict[str, float]:
+    """Shares of replicates: CI covers the truth, the old method's covers it, floor used, loss called."""
+    counts = dict.fromkeys(("cover", "old_method_cover", "floored", "sig_loss"), 0)
+    for replicate in range(replicates):
+        paired = scenario.draw(rng)
+        result = compare_paired("sim", "base", "cand", paired, seed=replicate)
+        low, high = _old_method_ci(paired, replicate)
+        counts["cover"] += result.ci_low <= scenario.true_delta <= result.ci_high
+        counts["old_method_cover"] += low <= scenario.true_delta <= high
+        counts["floored"] += result.ci_method == ITEM_FLOOR
+        counts["sig_loss"] += result.verdict == SIGNIFICANT_LOSS
+    return {key: value / replicates for key, value in counts.items()}
+
+
+def run_cluster_grid(replicates: int) -> dict[str, float]:
+    """Coverage of the true Δ and the 'significant loss' rate per number of subjects × correlation."""
+    say(f"\n## Few subjects: coverage and 'significant loss' rate ({replicates} replicates per cell)")
+    widths = GRID_COLUMNS.values()
+    heads = " ".join(f"{head:>{width}}" for head, width in zip(GRID_HEADS, widths, strict=True))
+    say(f"{'K':>3} {'icc':>5} {'case':>5} {'true Δ':>8} {heads}")
+    row: dict[str, float] = {}
+    for subjects in CLUSTER_COUNTS:
+        for icc in ICCS:
+            for case in ("null", "loss"):
+                scenario = grid_scenario(subjects, icc)
+                scenario = scenario.null() if case == "null" else scenario
+                rng = np.random.default_rng([subjects, int(icc * 100), case == "loss"])
+                rates = _grid_cell(scenario, replicates, rng)
+                cells = " ".join(f"{rates[key]:{width}.3f}" for key, width in GRID_COLUMNS.items())
+                say(f"{subjects:3d} {icc:5.2f} {case:>5} {scenario.true_delta:+8.4f} {cells}")
+                row |= {f"k{subjects}_icc{icc:g}_{case}_{key}": value for key, value in rates.items()}
+    lowest = min(value for key, value in row.items() if key.endswith("_cover") and "old_method" not in key)
+    null_loss = max(value for key, value in row.items() if key.endswith("_null_sig_loss"))
+    say(f"lowest coverage {lowest:.3f} (target >= 0.94); highest null 'significant loss' {null_loss:.3f} "
+        "(target <= 0.06)")  # fmt: skip
+    return {"grid_min_cover": lowest, "grid_max_null_sig_loss": null_loss, **row}
+
+
 def run_mde_check(replicates: int) -> dict[str, float]:
     """Power of the exact McNemar test (and its mid-p) when the true loss equals the reported MDE."""
     say(f"\n## MDE check: simulated power at a true loss = MDE ({20 * replicates} draws each, target 0.80)")
@@ -262,13 +339,16 @@ def append_row(part: str, row: dict[str, object]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description="Benchmarks of the paired statistics.")
     parser.add_argument("--replicates", type=int, default=2000, help="simulation replicates per scenario")
-    parser.add_argument("--only", choices=("sim", "mde", "speed"), help="run one part only")
+    parser.add_argument("--only", choices=("sim", "clusters", "mde", "speed"), help="run one part only")
     args = parser.parse_args()
     meta: dict[str, object] = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"), "cpus": os.cpu_count(),
         "replicates": args.replicates, "resamples": BOOTSTRAP_RESAMPLES,
     }  # fmt: skip
-    parts = {"sim": run_simulation, "mde": run_mde_check, "speed": lambda _: run_speed()}
+    parts = {
+        "sim": run_simulation, "clusters": run_cluster_grid, "mde": run_mde_check,
+        "speed": lambda _: run_speed(),
+    }  # fmt: skip
     for part, run in parts.items():
         if args.only in (None, part):
             append_row(part, meta | run(args.replicates))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,12 @@ from evals.reporting.outcome import CheckpointOutcome, RowFindings
 from evals.serving.serve import load_profile
 from evals.statistics.pairing import PairedItems, read_items
 from evals.statistics.stats import (
+    BOOTSTRAP_RESAMPLES,
+    CLUSTER_BOOTSTRAP,
+    ITEM_BOOTSTRAP,
+    ITEM_FLOOR,
     NO_LOSS,
+    SEED,
     SIGNIFICANT_LOSS,
     _stretch,
     bootstrap_accuracies,
@@ -110,8 +116,9 @@ def test_item_bootstrap_matches_scipy_percentile_ci() -> None:
     base = rng.random(3000) < 0.5
     cand = np.where(rng.random(3000) < 0.25, ~base, base)
     paired = PairedItems(base, cand, np.zeros(3000))
-    base_star, cand_star = bootstrap_accuracies(paired, 20_000, np.random.default_rng(3))
-    low, high = np.percentile(cand_star - base_star, [2.5, 97.5])
+    star = bootstrap_accuracies(paired, 20_000, np.random.default_rng(3))
+    assert (star.method, star.clusters) == (ITEM_BOOTSTRAP, 1)
+    low, high = np.percentile(star.cand - star.base, [2.5, 97.5])
     diffs = cand.astype(float) - base
     ref = bootstrap((diffs,), np.mean, n_resamples=20_000, method="percentile", rng=np.random.default_rng(4))
     assert low == pytest.approx(ref.confidence_interval.low, abs=0.002)
@@ -124,8 +131,9 @@ def test_cluster_bootstrap_matches_scipy_over_subjects_with_the_small_sample_str
     level = rng.normal(0, 0.3, 20)[subjects]
     base = rng.random(len(subjects)) < 0.5
     cand = np.where(rng.random(len(subjects)) < 0.3 + level.clip(-0.3, 0.3), ~base, base)
-    base_star, cand_star = bootstrap_accuracies(PairedItems(base, cand, subjects), 20_000, rng)
-    low, high = np.percentile(cand_star - base_star, [2.5, 97.5])
+    star = bootstrap_accuracies(PairedItems(base, cand, subjects), 20_000, rng)
+    assert (star.method, star.clusters) == (CLUSTER_BOOTSTRAP, 20)
+    low, high = np.percentile(star.cand - star.base, [2.5, 97.5])
     # reference: scipy resamples (difference sum, item count) per subject, statistic = ratio of sums
     sums = np.bincount(subjects, weights=cand.astype(float) - base)
     counts = np.bincount(subjects).astype(float)
@@ -151,7 +159,27 @@ def test_cluster_bootstrap_is_wider_when_subjects_differ() -> None:
     cand = rng.random(1000) >= 0.3 + loss
     item_star = bootstrap_accuracies(PairedItems(base, cand, np.zeros(1000)), 5000, np.random.default_rng(0))
     clu_star = bootstrap_accuracies(PairedItems(base, cand, subjects), 5000, np.random.default_rng(0))
-    assert np.std(clu_star[1] - clu_star[0]) > 2 * np.std(item_star[1] - item_star[0])
+    assert np.std(clu_star.cand - clu_star.base) > 2 * np.std(item_star.cand - item_star.base)
+
+
+def test_few_subjects_never_give_a_narrower_interval_than_the_items() -> None:
+    """The issue's case: 1,200 items in 9 subjects, 4% flips each way, no effect by construction."""
+    rng = np.random.default_rng(11)
+    subjects = np.repeat(np.arange(9), 1200 // 9 + 1)[:1200]
+    narrowed = 0
+    for draw in range(40):
+        base = rng.random(1200) < 0.5
+        flip = rng.random(1200) < 0.08
+        cand = np.where(flip, ~base, base)
+        paired = PairedItems(base, cand, subjects)
+        star = bootstrap_accuracies(paired, 4000, np.random.default_rng(draw))
+        items = bootstrap_accuracies(PairedItems(base, cand, np.zeros(1200)), 4000, np.random.default_rng(99))
+        item_low, item_high = np.percentile(items.cand - items.base, [2.5, 97.5])
+        low, high = np.percentile(star.cand - star.base, [2.5, 97.5])
+        assert high - low >= 0.95 * (item_high - item_low)  # the floor, up to resampling noise
+        narrowed += star.method == ITEM_FLOOR
+        assert star.clusters == 9 and star.method in (ITEM_FLOOR, CLUSTER_BOOTSTRAP)
+    assert 5 <= narrowed <= 35  # without correlation the two spreads are alike: either can be narrower
 
 
 def test_same_seed_same_numbers() -> None:
@@ -419,3 +447,29 @@ def test_leaderboard_carries_the_new_cells(tmp_path: Path) -> None:
     assert back.mmlu_mde == pytest.approx(comparisons["mmlu"].mde, rel=1e-5)
     assert back.ko_en_gap == pytest.approx(ko.ko_en_gap, rel=1e-5)
     assert back.ko_en_gap_ci_low is not None and back.ko_en_gap_ci_high is not None
+
+
+def test_the_delta_ci_is_the_estimate_plus_minus_z_replicate_sds_with_method_and_clusters(
+    tmp_path: Path,
+) -> None:
+    rng = np.random.default_rng(8)
+    subjects = [f"s{i % 9}" for i in range(900)]
+    base_ok = (rng.random(900) < 0.5).tolist()
+    cand_ok = [ok if rng.random() > 0.1 + 0.1 * (i % 9 == 0) else not ok for i, ok in enumerate(base_ok)]
+    base, cand = make_items(base_ok, subjects), make_items(cand_ok, subjects)
+    result = compare("a", "b", base, cand)
+    # direct: the same stream (seed, crc32 of the task), then estimate ± z·SD of the stretched replicates
+    paired = PairedItems(np.array(base_ok), np.array(cand_ok), np.array(subjects))
+    star = bootstrap_accuracies(paired, BOOTSTRAP_RESAMPLES, np.random.default_rng([SEED, zlib.crc32(b"t")]))
+    half, step = norm.ppf(0.975) * np.std(star.cand - star.base), 0.5 / 900
+    assert result.ci_low == pytest.approx(result.delta - half - step, abs=1e-9)
+    assert result.ci_high == pytest.approx(result.delta + half + step, abs=1e-9)
+    assert (result.ci_method, result.clusters) == (star.method, 9)
+    for name, items in (("base", base), ("cand", cand)):
+        lines = [item.model_dump_json() for item in items]
+        (tmp_path / f"{name}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    paths = [str(tmp_path / "base.jsonl"), str(tmp_path / "cand.jsonl")]
+    shown = CliRunner().invoke(main, ["compare", *paths, "--json"])
+    assert shown.exit_code == 0, shown.output
+    recorded = json.loads(shown.stdout)["t"]
+    assert (recorded["ci_method"], recorded["clusters"]) == (star.method, 9)

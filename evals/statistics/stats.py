@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -100,32 +101,79 @@ def _stretch(units: int) -> float:
     )
 
 
-def bootstrap_accuracies(
-    paired: PairedItems, resamples: int, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
-    """Bootstrap replicates of (base accuracy, candidate accuracy), both from the same resamples.
+CLUSTER_BOOTSTRAP = "cluster bootstrap"
+"""Whole subjects resampled: their spread was at least the items' (the usual case)."""
+ITEM_FLOOR = "item bootstrap (cluster spread came out narrower)"
+"""Items resampled although the items have subjects: with few subjects the cluster spread is estimated
+from few numbers and can come out too narrow by chance, so the CI is never narrower than the items'."""
+ITEM_BOOTSTRAP = "item bootstrap"
+"""Items resampled: no subjects (or one item per subject)."""
 
-    With several subjects, whole subjects are resampled (a replicate's accuracy is its items' share
-    correct). Otherwise items are resampled; an item is one of four cells (both right, only base,
-    only candidate, neither), so a resample is fully described by multinomial counts of the cells.
-    Resampling K units understates the spread by √((K−1)/K), and a percentile interval ignores that
-    the spread is itself estimated from K units (with 45 subjects the 95% CI covered ≈ 93.5% in
-    simulation), so deviations from the estimate are stretched by √(K/(K−1)) · t(K−1)/z.
+
+@dataclass(frozen=True)
+class Replicates:
+    """Bootstrap replicates of (base accuracy, candidate accuracy), both from the same resamples."""
+
+    base: np.ndarray
+    cand: np.ndarray
+    method: str
+    """CLUSTER_BOOTSTRAP, ITEM_FLOOR or ITEM_BOOTSTRAP."""
+    clusters: int
+    """Subjects the items fall in (1 without subjects)."""
+
+
+def bootstrap_accuracies(paired: PairedItems, resamples: int, rng: np.random.Generator) -> Replicates:
+    """Replicates of the wider of two paired bootstraps: whole subjects and single items.
+
+    Whole subjects carry the correlation of items within a subject, which only widens the interval in
+    expectation; with few subjects their spread is itself a noisy estimate and can come out narrower
+    than the items' (9 subjects, no effect: a CI half as wide, excluding 0 while McNemar p = 0.06), so
+    the item interval is a floor. Resampling K units understates the spread by √((K−1)/K), and a
+    percentile interval ignores that the spread is estimated from K units, so deviations from the
+    estimate are stretched by √(K/(K−1)) · t(K−1)/z (bench/stats_bench.py checks coverage).
     """
     n = len(paired.base_ok)
     labels, index = np.unique(paired.clusters, return_inverse=True)
-    if 1 < len(labels) < n:
-        columns = [np.bincount(index, weights=ok) for ok in (paired.base_ok, paired.cand_ok)]
-        sums = _cluster_sums(np.column_stack([*columns, np.bincount(index)]), resamples, rng)
-        base_star, cand_star, units = sums[:, 0] / sums[:, 2], sums[:, 1] / sums[:, 2], len(labels)
-    else:
-        # cells: 0 neither right, 1 only the candidate, 2 only the base, 3 both
-        cells = 2 * paired.base_ok.astype(int) + paired.cand_ok.astype(int)
-        draws = rng.multinomial(n, np.bincount(cells, minlength=4) / n, size=resamples)
-        base_star, cand_star, units = (draws[:, 2] + draws[:, 3]) / n, (draws[:, 1] + draws[:, 3]) / n, n
+    if not 1 < len(labels) < n:
+        return Replicates(*_item_replicates(paired, resamples, rng), ITEM_BOOTSTRAP, 1)
+    clustered = _cluster_replicates(paired, index, resamples, rng)
+    items = _item_replicates(paired, resamples, rng)
+    if _width(items) > _width(clustered):
+        return Replicates(*items, ITEM_FLOOR, len(labels))
+    return Replicates(*clustered, CLUSTER_BOOTSTRAP, len(labels))
+
+
+def _cluster_replicates(
+    paired: PairedItems, index: np.ndarray, resamples: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Whole subjects resampled; a replicate's accuracy is its items' share correct."""
+    columns = [np.bincount(index, weights=ok) for ok in (paired.base_ok, paired.cand_ok)]
+    sums = _cluster_sums(np.column_stack([*columns, np.bincount(index)]), resamples, rng)
+    return _stretched(paired, sums[:, 0] / sums[:, 2], sums[:, 1] / sums[:, 2], int(index.max()) + 1)
+
+
+def _item_replicates(
+    paired: PairedItems, resamples: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Items resampled: an item is one of four cells (both right, only base, only candidate, neither),
+    so a resample is fully described by multinomial counts of the cells."""
+    n = len(paired.base_ok)
+    # cells: 0 neither right, 1 only the candidate, 2 only the base, 3 both
+    cells = 2 * paired.base_ok.astype(int) + paired.cand_ok.astype(int)
+    draws = rng.multinomial(n, np.bincount(cells, minlength=4) / n, size=resamples)
+    return _stretched(paired, (draws[:, 2] + draws[:, 3]) / n, (draws[:, 1] + draws[:, 3]) / n, n)
+
+
+def _stretched(
+    paired: PairedItems, base_star: np.ndarray, cand_star: np.ndarray, units: int
+) -> tuple[np.ndarray, np.ndarray]:
     stretch = _stretch(units)
     base_acc, cand_acc = paired.base_ok.mean(), paired.cand_ok.mean()
     return base_acc + stretch * (base_star - base_acc), cand_acc + stretch * (cand_star - cand_acc)
+
+
+def _width(replicates: tuple[np.ndarray, np.ndarray]) -> float:
+    return float(np.std(replicates[1] - replicates[0]))
 
 
 def percentile_ci(replicates: np.ndarray, widen: float = 0.0) -> tuple[float, float]:
@@ -133,6 +181,16 @@ def percentile_ci(replicates: np.ndarray, widen: float = 0.0) -> tuple[float, fl
     each side: half a step of a discrete statistic's lattice, a continuity correction."""
     low, high = np.nanpercentile(replicates, [100 * ALPHA / 2, 100 * (1 - ALPHA / 2)])
     return float(low - widen), float(high + widen)
+
+
+def symmetric_ci(replicates: np.ndarray, estimate: float, widen: float = 0.0) -> tuple[float, float]:
+    """95% interval estimate ± z · SD of the (stretched) replicates, `widen` added on each side.
+
+    Symmetric on purpose: per-subject losses are skewed (a few subjects lose much), and a percentile
+    interval then leans the way the sample leans, the wrong way; with few subjects that cost up to
+    3 points of coverage in bench/stats_bench.py's grid, the symmetric one kept it."""
+    half = norm.ppf(1 - ALPHA / 2) * float(np.std(replicates))
+    return estimate - half - widen, estimate + half + widen
 
 
 def choice_agreement(base_lp: np.ndarray, cand_lp: np.ndarray) -> tuple[float, float]:
@@ -176,10 +234,11 @@ def _compare_with_replicates(
     acc_base, acc_cand = float(paired.base_ok.mean()), float(paired.cand_ok.mean())
     # one stream per task: reproducible per task, independent across tasks (the gap needs that)
     rng = np.random.default_rng([seed, zlib.crc32(task.encode())])
-    base_star, cand_star = bootstrap_accuracies(paired, resamples, rng)
+    replicates = bootstrap_accuracies(paired, resamples, rng)
+    base_star, cand_star = replicates.base, replicates.cand
     deltas = cand_star - base_star
     step = 0.5 / n  # delta moves in steps of 1/n: half a step each side, a continuity correction
-    ci_low, ci_high = percentile_ci(deltas, step)
+    ci_low, ci_high = symmetric_ci(deltas, acc_cand - acc_base, step)
     ci_low, ci_high = max(ci_low, -1.0), min(ci_high, 1.0)
     recovery, recovery_low, recovery_high = None, None, None
     if acc_base > 0:
@@ -201,6 +260,7 @@ def _compare_with_replicates(
         recovery_ci_high=recovery_high, margin=margin,
         noninf_p=float((1 + np.sum(deltas - step <= -margin)) / (1 + resamples)), mde=mde,
         verdict=verdict(ci_low, ci_high, p, margin, mde), bootstrap_resamples=resamples, seed=seed,
+        ci_method=replicates.method, clusters=replicates.clusters,
     )  # fmt: skip
     return comparison, deltas
 

@@ -36,7 +36,8 @@ def compare_command(base_items: Path, cand_items: Path, margin: float, as_json: 
             kl = "" if r.mean_kl is None else f"  KL {r.mean_kl:.4f}"
             echo(
                 f"{task}: n={r.n}  acc {r.acc_base:.3f} -> {r.acc_cand:.3f}  Δ {100 * r.delta:+.1f} pts "
-                f"[{100 * r.ci_low:+.1f}, {100 * r.ci_high:+.1f}]  McNemar p={r.mcnemar_p:.3g} "
+                f"[{100 * r.ci_low:+.1f}, {100 * r.ci_high:+.1f}] ({r.ci_method}, {r.clusters} subjects)  "
+                f"McNemar p={r.mcnemar_p:.3g} "
                 f"(Holm {r.p_holm:.3g})  flips c→w {r.flips_c2w} w→c {r.flips_w2c}{kl}  "
                 f"MDE {100 * r.mde:.1f} pts  => {r.verdict}"
             )

@@ -60,7 +60,7 @@ class Comparison(Record):
     delta: float
     """acc_cand − acc_base, fraction in [-1, 1]."""
     ci_low: float
-    """Lower end of the paired bootstrap 95% CI of delta (subjects resampled as clusters)."""
+    """Lower end of the paired bootstrap 95% CI of delta (see ci_method)."""
     ci_high: float
     """Upper end of that CI."""
     mcnemar_p: float
@@ -109,6 +109,12 @@ class Comparison(Record):
     """Bootstrap resamples behind the CIs."""
     seed: int
     """Seed of the bootstrap (each task draws its own stream from it)."""
+    ci_method: str | None = None
+    """How the CIs resampled: `cluster bootstrap` (whole subjects), `item bootstrap (cluster spread
+    came out narrower)` (the floor few subjects need) or `item bootstrap` (no subjects); None in records
+    written before it was recorded."""
+    clusters: int | None = None
+    """Subjects the items fall in (1 without subjects); None in records written before it was recorded."""
 
 
 class Perplexity(Record):
