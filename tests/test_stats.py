@@ -29,11 +29,13 @@ from evals.statistics.stats import (
     SIGNIFICANT_LOSS,
     _stretch,
     bootstrap_accuracies,
+    choice_agreement,
     compare,
     compare_files,
     compare_tasks,
     holm,
     mcnemar_p,
+    mean_ci,
     minimum_detectable_effect,
 )
 from kqe.cli import main
@@ -473,3 +475,49 @@ def test_the_delta_ci_is_the_estimate_plus_minus_z_replicate_sds_with_method_and
     assert shown.exit_code == 0, shown.output
     recorded = json.loads(shown.stdout)["t"]
     assert (recorded["ci_method"], recorded["clusters"]) == (star.method, 9)
+
+
+def test_kl_and_top_choice_cis_over_items_are_the_normal_interval_of_the_item_values() -> None:
+    rng = np.random.default_rng(12)
+    base_lp, cand_lp = rng.normal(-2, 1, (400, 4)), rng.normal(-2, 1, (400, 4))
+    cand_lp[:200] = base_lp[:200]  # half the items unmoved: KL 0, same top choice
+    correct = (rng.random(400) < 0.5).tolist()
+    base, cand = (
+        make_items(correct, logprobs=base_lp.tolist()),
+        make_items(correct, logprobs=cand_lp.tolist()),
+    )
+    result = compare("a", "b", base, cand)
+    kl, kept = choice_agreement(base_lp, cand_lp)
+    intervals = {
+        "kl": (result.kl_ci_low, result.kl_ci_high),
+        "kept": (result.top_agreement_ci_low, result.top_agreement_ci_high),
+    }
+    for values, (low, high) in zip((kl, kept), intervals.values(), strict=True):
+        half = norm.ppf(0.975) * np.std(values, ddof=1) / np.sqrt(400)
+        assert (low, high) == pytest.approx((values.mean() - half, values.mean() + half), abs=1e-12)
+    assert result.mean_kl == pytest.approx(kl.mean()) and 0.5 <= result.top_agreement < 1
+
+
+def test_kl_ci_over_subjects_matches_scipy_with_the_stretch_and_is_never_narrower_than_items() -> None:
+    rng = np.random.default_rng(13)
+    subjects = np.repeat(np.arange(12), 40)
+    spread = np.linspace(0.0, 2.0, 12)[subjects][:, None]  # each subject its own amount of movement
+    base_lp = rng.normal(-2, 1, (480, 4))
+    cand_lp = base_lp + spread * rng.normal(0, 1, (480, 4))
+    base_ok = rng.random(480) < 0.5
+    cand_ok = np.where(rng.random(480) < 0.1 + 0.3 * (subjects < 3), ~base_ok, base_ok)  # subjects differ
+    paired = PairedItems(base_ok, cand_ok, subjects.astype(str), base_lp, cand_lp)
+    replicates = bootstrap_accuracies(paired, BOOTSTRAP_RESAMPLES, np.random.default_rng(1))
+    assert replicates.method == CLUSTER_BOOTSTRAP
+    kl, _ = choice_agreement(base_lp, cand_lp)
+    low, high = mean_ci(kl, paired, replicates, 20_000, np.random.default_rng(2))
+    sums, counts = np.bincount(subjects, weights=kl), np.bincount(subjects).astype(float)
+    ref = bootstrap(
+        (sums, counts), lambda s, n, axis=-1: s.sum(axis) / n.sum(axis), paired=True, n_resamples=20_000,
+        method="percentile", rng=np.random.default_rng(5),
+    ).confidence_interval  # fmt: skip
+    mean, stretch = kl.mean(), _stretch(12)
+    assert low == pytest.approx(mean + stretch * (ref.low - mean), rel=0.03)
+    assert high == pytest.approx(mean + stretch * (ref.high - mean), rel=0.03)
+    half = norm.ppf(0.975) * np.std(kl, ddof=1) / np.sqrt(480)
+    assert low <= mean - half and high >= mean + half

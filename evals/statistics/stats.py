@@ -193,16 +193,57 @@ def symmetric_ci(replicates: np.ndarray, estimate: float, widen: float = 0.0) ->
     return estimate - half - widen, estimate + half + widen
 
 
-def choice_agreement(base_lp: np.ndarray, cand_lp: np.ndarray) -> tuple[float, float]:
-    """Mean KL(base ‖ candidate) of the choice distributions (nats) and the share of items whose top
-    choice is the same; log-probs are renormalised over the choices first."""
+def choice_agreement(base_lp: np.ndarray, cand_lp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per item: KL(base ‖ candidate) of the choice distributions (nats), and 1.0 where both put their
+    highest log-prob on the same choice; log-probs are renormalised over the choices first."""
     base_norm = base_lp - logsumexp(base_lp, axis=1, keepdims=True)
     cand_norm = cand_lp - logsumexp(cand_lp, axis=1, keepdims=True)
     p = np.exp(base_norm)
     with np.errstate(invalid="ignore"):  # -inf − -inf on padded or impossible choices, where p = 0
         terms = np.where(p > 0, p * (base_norm - cand_norm), 0.0)
     same_top = np.argmax(base_lp, axis=1) == np.argmax(cand_lp, axis=1)
-    return float(np.mean(terms.sum(axis=1))), float(np.mean(same_top))
+    return terms.sum(axis=1), same_top.astype(float)
+
+
+def mean_ci(
+    values: np.ndarray, paired: PairedItems, replicates: Replicates, resamples: int, rng: np.random.Generator
+) -> tuple[float, float]:
+    """95% CI of the mean of per-item `values` (KL, top choice kept), resampled as the accuracies were.
+
+    Over items: mean ± z·SE (a mean of n items is close to normal). Over whole subjects: the stretched
+    percentile interval of subject-resampled means (KL is skewed: a few items move far), never
+    narrower than the item interval, as for Δ.
+    """
+    n = len(values)
+    with np.errstate(over="ignore", invalid="ignore"):  # a KL near inf (a choice ruled out) stays so
+        mean = float(np.mean(values))
+        half = norm.ppf(1 - ALPHA / 2) * float(np.std(values, ddof=1)) / np.sqrt(n) if n > 1 else 0.0
+        low, high = mean - half, mean + half
+    if replicates.method != CLUSTER_BOOTSTRAP:
+        return low, high
+    _, index = np.unique(paired.clusters, return_inverse=True)
+    sums = _cluster_sums(
+        np.column_stack([np.bincount(index, weights=values), np.bincount(index)]), resamples, rng
+    )
+    star = mean + _stretch(replicates.clusters) * (sums[:, 0] / sums[:, 1] - mean)
+    cluster_low, cluster_high = percentile_ci(star)
+    return min(low, cluster_low), max(high, cluster_high)
+
+
+def _agreement(
+    paired: PairedItems, replicates: Replicates, resamples: int, rng: np.random.Generator
+) -> dict[str, float | None]:
+    """`Comparison`'s KL and top-choice fields with their CIs; None without log-probs."""
+    names = ("mean_kl", "kl_ci_low", "kl_ci_high", "top_agreement", "top_agreement_ci_low")
+    if paired.base_logprobs is None or paired.cand_logprobs is None:
+        return dict.fromkeys((*names, "top_agreement_ci_high"), None)
+    kl, kept = choice_agreement(paired.base_logprobs, paired.cand_logprobs)
+    kl_low, kl_high = mean_ci(kl, paired, replicates, resamples, rng)
+    kept_low, kept_high = mean_ci(kept, paired, replicates, resamples, rng)
+    with np.errstate(over="ignore"):
+        values = (float(np.mean(kl)), max(kl_low, 0.0), kl_high, float(np.mean(kept)), max(kept_low, 0.0))
+    found: dict[str, float | None] = dict(zip(names, values, strict=True))
+    return found | {"top_agreement_ci_high": min(kept_high, 1.0)}
 
 
 def verdict(ci_low: float, ci_high: float, p: float, margin: float, mde: float) -> str:
@@ -246,22 +287,20 @@ def _compare_with_replicates(
             ratios = np.where(base_star > 0, cand_star / base_star, np.nan)
         recovery, (recovery_low, recovery_high) = acc_cand / acc_base, percentile_ci(ratios, step / acc_base)
         recovery_low = max(recovery_low, 0.0)
-    kl, agreement = None, None
-    if paired.base_logprobs is not None and paired.cand_logprobs is not None:
-        kl, agreement = choice_agreement(paired.base_logprobs, paired.cand_logprobs)
     p = float(mcnemar_p(flips_c2w, flips_w2c))
     mde = minimum_detectable_effect(n, (flips_c2w + flips_w2c) / n)
     comparison = Comparison(
         task=task, base=names[0], candidate=names[1], n=n, acc_base=acc_base, acc_cand=acc_cand,
         delta=acc_cand - acc_base, ci_low=ci_low, ci_high=ci_high, mcnemar_p=p,
         mcnemar_midp=float(mcnemar_p(flips_c2w, flips_w2c, mid=True)), p_holm=p,
-        flips_c2w=flips_c2w, flips_w2c=flips_w2c, flip_rate=(flips_c2w + flips_w2c) / n, mean_kl=kl,
-        top_agreement=agreement, recovery=recovery, recovery_ci_low=recovery_low,
+        flips_c2w=flips_c2w, flips_w2c=flips_w2c, flip_rate=(flips_c2w + flips_w2c) / n,
+        mean_kl=None, top_agreement=None, recovery=recovery, recovery_ci_low=recovery_low,
         recovery_ci_high=recovery_high, margin=margin,
         noninf_p=float((1 + np.sum(deltas - step <= -margin)) / (1 + resamples)), mde=mde,
         verdict=verdict(ci_low, ci_high, p, margin, mde), bootstrap_resamples=resamples, seed=seed,
         ci_method=replicates.method, clusters=replicates.clusters,
     )  # fmt: skip
+    comparison = comparison.model_copy(update=_agreement(paired, replicates, resamples, rng))
     return comparison, deltas
 
 

@@ -80,6 +80,14 @@ class Comparison(Record):
     """Mean KL(base ‖ candidate) of the choice distributions, nats; None without log-probs."""
     top_agreement: float | None
     """Share of items where both put their highest log-prob on the same choice; None without log-probs."""
+    kl_ci_low: float | None = None
+    """Lower end of the 95% CI of mean_kl, resampled as delta's (ci_method); None without log-probs."""
+    kl_ci_high: float | None = None
+    """Upper end of that CI."""
+    top_agreement_ci_low: float | None = None
+    """Lower end of the 95% CI of top_agreement (1 − it: the share whose top choice changed)."""
+    top_agreement_ci_high: float | None = None
+    """Upper end of that CI."""
     recovery: float | None
     """acc_cand / acc_base; None when the base got no item right."""
     recovery_ci_low: float | None
