@@ -17,7 +17,6 @@ import os
 import urllib.error
 import urllib.request
 
-from evals.statistics.stats import minimum_detectable_effect
 from evals.tasks import prompts
 from evals.tasks.benchmark_data import KMMLU_DIR_ENV, MMLU_DIR_ENV, Source
 from evals.tasks.registry import TASK_SPECS
@@ -84,6 +83,8 @@ def describe(source: Source, limit: int | None) -> str:
 
 def unresolved(items: int) -> str:
     """The losses `items` paired items cannot tell from noise (McNemar MDE over FLIP_SHARES)."""
+    from evals.statistics.stats import minimum_detectable_effect  # scipy: not on every CLI start
+
     low, high = (100 * minimum_detectable_effect(items, share) for share in FLIP_SHARES)
     return f"differences under ~{_points(low)}–{_points(high)} points cannot be resolved"
 
