@@ -72,13 +72,18 @@ def announce(ws: Workspace, tasks: list[str], choice: ItemChoice, limit: int | N
 def describe(source: Source, limit: int | None) -> str:
     """`full test split (HAERAE-HUB/KMMLU@d61b3f1), 35,030 items — differences under ~0.3–0.9 points …`."""
     what = f"{'full test split' if source.full else source.name} ({source.where})"
-    if source.items is None:
+    scored = scored_items(source, limit)
+    if source.items is None or scored is None:
         return f"{what}, every item{'' if limit is None else f' up to {limit:,}'} (counted on reading)"
-    scored = source.items if limit is None else min(limit, source.items)
     count = f"{source.items:,} items" if scored == source.items else (
         f"{scored:,} of {source.items:,} items sampled across subjects"
     )  # fmt: skip
     return f"{what}, {count} — {unresolved(scored)}"
+
+
+def scored_items(source: Source, limit: int | None) -> int | None:
+    """Items a run scores from `source` at `limit` (None: every item); None until they are counted."""
+    return None if source.items is None else min(limit or source.items, source.items)
 
 
 def unresolved(items: int) -> str:

@@ -50,7 +50,7 @@ def _items(cfg: EvalConfig, ws: Workspace) -> dict[str, Any]:
         {
             "task": task, "set": source.name, "where": source.where, "full": source.full,
             "source_items": source.items, "download": source.hub,
-            "scored": None if source.items is None else min(cfg.limit or source.items, source.items),
+            "scored": item_sets.scored_items(source, cfg.limit),
         }
         for task, source in sources.items()
     ]  # fmt: skip
