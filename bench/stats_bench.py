@@ -212,7 +212,7 @@ def _old_method_ci(paired: PairedItems, seed: int) -> tuple[float, float]:
 
 def _grid_cell(scenario: Scenario, replicates: int, rng: np.random.Generator) -> dict[str, float]:
     """Shares of replicates: CI covers the truth, the old method's covers it, floor used, loss called."""
-    counts = dict.fromkeys(("cover", "old_method_cover", "floored", "sig_loss"), 0)
+    counts = dict.fromkeys(GRID_COLUMNS, 0)
     for replicate in range(replicates):
         paired = scenario.draw(rng)
         result = compare_paired("sim", "base", "cand", paired, seed=replicate)

@@ -170,7 +170,7 @@ def prepare_tasks(
     out = _prepared_dir(ws, sources, limit, seed)
     for task, source in sources.items():
         path, meta = out / f"{task}.jsonl", out / f"{task}.source.json"
-        if path.is_file() and meta.is_file():
+        if _prepared(out, task):
             continue
         spec = TASK_SPECS[task]
         loaded = source.load(task)
@@ -198,8 +198,12 @@ def to_download(ws: Workspace, tasks: list[str], limit: int | None, seed: int, o
         return []
     sources = task_sources(ws, tasks, online)
     out = _prepared_dir(ws, sources, limit, seed)
-    missing = [s for t, s in sources.items() if not (out / f"{t}.jsonl").is_file() and s.hub is not None]
-    return list(dict.fromkeys(source.hub for source in missing if source.hub))
+    return list(dict.fromkeys(s.hub for t, s in sources.items() if s.hub and not _prepared(out, t)))
+
+
+def _prepared(out: Path, task: str) -> bool:
+    """Whether `prepare_tasks` finished `task` in `out` (its rows and its source record)."""
+    return (out / f"{task}.jsonl").is_file() and (out / f"{task}.source.json").is_file()
 
 
 def _prepared_dir(ws: Workspace, sources: dict[str, data.Source], limit: int | None, seed: int) -> Path:
