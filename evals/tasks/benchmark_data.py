@@ -53,6 +53,8 @@ MMLU_TEST_ITEMS = 14_042
 """Items in MMLU's test split (57 subjects), known before it is downloaded."""
 KMMLU_HARD_ITEMS = 225
 """The offline KMMLU-HARD dev items (45 subjects x 5) lm-eval 0.4.13 ships."""
+ONLINE_ENV = "KQE_ONLINE"
+OFFLINE_ENV = "KQE_OFFLINE"
 KMMLU_DIR_ENV = "KQE_KMMLU_DIR"
 MMLU_DIR_ENV = "KQE_MMLU_DIR"
 CATEGORIES = {
@@ -244,7 +246,7 @@ def _load_hub_files(
     except Exception as err:  # network, proxy, auth, a revision gone: all fixed by the user
         raise UserError(
             f"cannot download {repo}@{revision[:7]} from the hub ({first_line(err)}): score the offline "
-            f"sets instead with KQE_OFFLINE=1, or point {KMMLU_DIR_ENV} / {MMLU_DIR_ENV} at local copies"
+            f"sets instead with {OFFLINE_ENV}=1, or point {KMMLU_DIR_ENV} / {MMLU_DIR_ENV} at local copies"
         ) from None
     return dict(loaded)
 

@@ -18,14 +18,12 @@ import urllib.error
 import urllib.request
 
 from evals.tasks import prompts
-from evals.tasks.benchmark_data import KMMLU_DIR_ENV, MMLU_DIR_ENV, Source
+from evals.tasks.benchmark_data import KMMLU_DIR_ENV, MMLU_DIR_ENV, OFFLINE_ENV, ONLINE_ENV, Source
 from evals.tasks.registry import TASK_SPECS
 from kqe.core.errors import UserError
 from kqe.core.records import ItemChoice, ModelSpec
 from kqe.core.workspace import Workspace
 
-ONLINE_ENV = "KQE_ONLINE"
-OFFLINE_ENV = "KQE_OFFLINE"
 HUB_ENDPOINT = "https://huggingface.co"
 """Where the hub is asked when `HF_ENDPOINT` (huggingface_hub's own variable) is not set."""
 PROBE_TIMEOUT_S = 10.0
