@@ -24,6 +24,7 @@ import os
 import secrets
 import signal
 import subprocess
+import sys
 import threading
 import time
 import tomllib
@@ -57,6 +58,7 @@ from kqe.core.workspace import Workspace
 log = logging.getLogger(__name__)
 
 PROFILES_PATH = Path(__file__).with_name("profiles.toml")
+SERVER_GUARD = Path(__file__).with_name("server_guard.py")
 _POLL_S = 0.5
 RESTARTS = 2
 """Times a server that died while in use is started again before its checkpoint is marked failed."""
@@ -294,9 +296,11 @@ class VllmServer:
             vllm_bin, self.model_dir, self.served_name, self.profile, self.port, self.on_gpu,
             self.trust_remote_code,
         )  # fmt: skip
-        # the parent-death signal follows the thread that forks: only the main thread lives long enough
-        if _in_main_thread():
-            command = with_parent_death_signal(command, signal.SIGTERM)
+        # the guard leads the server's process group and takes all of it down when this thread ends,
+        # even by SIGKILL (parent-death signals follow the thread that forks: the one whose `with`
+        # block stops the server); the server's own parent-death signal covers the guard's SIGKILL
+        inner = with_parent_death_signal(command, signal.SIGTERM)
+        command = with_parent_death_signal([sys.executable, str(SERVER_GUARD), *inner], signal.SIGTERM)
         env = server_environment(os.environ, self.profile, self.ws, self.on_gpu, self.api_key)
         with open_writable(self.log_path, append=append_log) as log_file:
             self._process = subprocess.Popen(
