@@ -13,6 +13,8 @@ EXTRA ?=
 RUN ?=
 RECIPES ?=
 EVAL_FLAGS ?=
+EXECUTOR ?= local
+RAY_HEAD ?=
 KQE ?= .venv/bin/kqe
 
 .PHONY: setup eval test test-fast lint bench docs
@@ -24,7 +26,7 @@ eval: setup
 	$(KQE) eval --model '$(MODEL)' --schemes '$(SCHEMES)' --calibration '$(CALIB)' \
 	  --tasks '$(TASKS)' $(if $(LIMIT),--limit '$(LIMIT)') --profile '$(PROFILE)' \
 	  --target-gpu '$(TARGET_GPU)' --score-profile '$(SCORE_PROFILE)' --extra '$(EXTRA)' --recipes '$(RECIPES)' --run '$(RUN)' \
-	  $(EVAL_FLAGS)
+	  --executor '$(EXECUTOR)' --ray-address '$(RAY_HEAD)' $(EVAL_FLAGS)
 
 test: setup
 	.venv/bin/python -m pytest -q
@@ -36,13 +38,15 @@ lint: setup
 	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy
 
 # Benchmarks, not tests (not in `make test`): the suite against lm-eval (hf and in-process vllm), a bare
-# llmcompressor script (BENCH_SCHEMES) and its own first run, same items and machine, as one table in
-# results/bench.csv (BENCH_FLAGS=--quick: fewer items and runs); then the statistics simulation
-# (results/bench/). lm-eval goes into the serve venv too, for its vllm backend (it pins nothing vLLM needs).
+# llmcompressor script (BENCH_SCHEMES), its own first run, and a matrix on the local vs the Ray executor,
+# same items and machine, as one table in results/bench.csv (BENCH_FLAGS=--quick: fewer items and runs);
+# then the statistics simulation (results/bench/). lm-eval goes into the serve venv too, for its vllm
+# backend (it pins nothing vLLM needs); the ray extra into the core venv, for the executor row.
 BENCH_SCHEMES ?= fp8-dynamic,awq-w4a16
 BENCH_FLAGS ?=
 bench: setup
 	@.venv-serve/bin/python -c "import lm_eval" 2>/dev/null || .venv-serve/bin/pip install -q lm-eval==0.4.13
+	@.venv/bin/python -c "import ray" 2>/dev/null || .venv/bin/pip install -q --no-deps -r requirements/ray.txt
 	.venv/bin/python -m bench.suite_bench --quantize-schemes '$(BENCH_SCHEMES)' $(BENCH_FLAGS)
 	.venv/bin/python -m bench.stats_bench
 

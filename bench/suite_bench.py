@@ -1,6 +1,6 @@
 """`make bench`: the suite against what users would otherwise run, same items, model and machine.
 
-    .venv/bin/python -m bench.suite_bench [--quick] [--only scoring,matrix,cpu-kinds,quantize,stats]
+    .venv/bin/python -m bench.suite_bench [--quick] [--only scoring,matrix,cpu-kinds,quantize,stats,executor]
 
 1. scoring speed: kqe's serve path vs `lm_eval --model hf` (target >= 3x) and vs `lm_eval --model
    vllm` in-process (target >= 0.9x), gemma3-270m bf16 (bench/scoring_bench.py);
@@ -9,7 +9,9 @@
    (`KQE_CPU_ISA=avx2`): the base's items/s
    (target >= 4 where the CPU has no native bf16), first-run wall time, ISA named;
 3. quantization time vs a bare llmcompressor script (target <= 1.2x; bench/quantize_bench.py);
-4. paired statistics of one run: 35k items x 8 checkpoints (target < 2 s).
+4. paired statistics of one run: 35k items x 8 checkpoints (target < 2 s);
+5. a three-checkpoint matrix on the local executor vs Ray with two workers (`--executor ray`), wall
+   time ratio (reported, no target: on 2 cores there is little to gain). Needs the ray extra.
 
 Prints one table (median and min-max over the runs, the machine's load average) and writes it to
 `results/bench.csv` (atomically, replacing the last one). Needs `make setup` (gemma3-270m in the
@@ -162,6 +164,40 @@ def matrix_rows(ws: Workspace, settings: Settings) -> list[Row]:
     ]
 
 
+EXECUTOR_SCHEMES = "bf16,w4a16-rtn,fp8-dynamic"
+"""Three checkpoints: with two Ray workers, two of them at a time."""
+
+
+def executor_rows(ws: Workspace, settings: Settings) -> list[Row]:
+    """The same three-checkpoint matrix from scratch (builds included), on the local executor and on a
+    Ray instance started here with this machine's CPUs (one per checkpoint), alternating, each run in a
+    fresh project."""
+    command = _eval_command(EXECUTOR_SCHEMES, settings.matrix_limit)
+    walls: dict[str, list[float]] = {"local": [], "ray": []}
+    for _ in range(settings.engine_runs):
+        for executor, times in walls.items():
+            with _fresh_project(ws) as (project, env):
+                times.append(_wall([*command, "--executor", executor], env, project))
+    ratio = statistics.median(walls["ray"]) / statistics.median(walls["local"])
+    note = (
+        f"{MODEL} {EXECUTOR_SCHEMES}, {settings.matrix_limit} items/task, {os.cpu_count()} CPUs: two Ray "
+        "workers share the cores one local run already keeps busy, so expect little gain here; on a "
+        "cluster each checkpoint gets its own GPU"
+    )
+    return [
+        Row(
+            "matrix wall time on Ray, s",
+            walls["ray"],
+            "local executor",
+            walls["local"],
+            "report",
+            ratio,
+            None,
+            note,
+        )
+    ]
+
+
 def cpu_kind_rows(ws: Workspace, settings: Settings) -> list[Row]:
     """A first run of the base in a fresh project on this CPU and, where this CPU has more than AVX2,
     on an emulated AVX2 one: the base's scoring rate (target >= 4 items/s where bf16 is not native) and
@@ -234,6 +270,7 @@ PARTS: dict[str, Callable[[Workspace, Settings], list[Row]]] = {
     "cpu-kinds": cpu_kind_rows,
     "quantize": quantize_rows,
     "stats": stats_rows,
+    "executor": executor_rows,
 }
 
 

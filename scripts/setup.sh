@@ -11,7 +11,8 @@
 #   KQE_VENV_DIR    core venv (default <repo>/.venv)
 #   KQE_SERVE_VENV  serve venv (default <repo>/.venv-serve)
 #   KQE_HOME        cache for sources and models (default ~/.cache/kqe)
-#   KQE_EXTRAS      optional extras into the core venv, e.g. `autoawq` (requirements/autoawq.txt, --no-deps)
+#   KQE_EXTRAS      optional extras into the core venv, comma-separated: `autoawq`, `ray`
+#                   (requirements/<extra>.txt, --no-deps)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -85,7 +86,7 @@ setup_core() {
   run "$CORE/bin/pip" install -q --no-deps -e .
   local extra extras="${KQE_EXTRAS:-}"
   for extra in ${extras//,/ }; do
-    [[ -f "requirements/$extra.txt" ]] || fail "KQE_EXTRAS names $extra: there is no requirements/$extra.txt (known: autoawq)"
+    [[ -f "requirements/$extra.txt" ]] || fail "KQE_EXTRAS names $extra: there is no requirements/$extra.txt (known: $(cd requirements && ls -- *.txt | grep -v -e core -e serve- | sed "s/.txt$//" | paste -sd, -))"
     say "installing the optional extra requirements/$extra.txt into $CORE (--no-deps: see the file)"
     run "$CORE/bin/pip" install -q --no-deps -r "requirements/$extra.txt"
   done

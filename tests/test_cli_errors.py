@@ -46,6 +46,10 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *needles: str) ->
         (("eval", "--model", "{tiny}", "--tasks", "kmmlu,hellaswag"), ("hellaswag", "mmlu")),
         (("eval", "--model", "{tiny}", "--profile", "rtx9090"), ("rtx9090", "cpu-small")),
         (("compare", "missing.jsonl", "missing2.jsonl"), ("missing.jsonl",)),
+        (
+            ("eval", "--model", "{tiny}", "--ray-address", "10.0.0.1:6379"),
+            ("10.0.0.1:6379", "--executor ray"),
+        ),
     ],
 )
 def test_bad_input_is_one_line(
@@ -55,6 +59,14 @@ def test_bad_input_is_one_line(
     args = tuple(str(tiny_model_dir) if a == "{tiny}" else a for a in args)
     result = run_kqe(*args, cwd=tmp_path, home=tmp_path / "home")
     assert_one_line_error(result, *needles)
+
+
+def test_an_unreachable_ray_head_is_one_line_before_any_work(tiny_model_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("ray", reason="the ray extra is not installed: KQE_EXTRAS=ray make setup")
+    args = ("eval", "--model", str(tiny_model_dir), "--executor", "ray", "--ray-address", "127.0.0.1:9")
+    result = run_kqe(*args, cwd=tmp_path, home=tmp_path / "home")
+    assert_one_line_error(result, "--ray-address 127.0.0.1:9: nothing answers there", "ray start --head")
+    assert not (tmp_path / "calibration_data").exists() and not (tmp_path / "results").exists()
 
 
 def test_compare_rejects_a_file_of_another_format(tmp_path: Path) -> None:

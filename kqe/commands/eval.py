@@ -158,6 +158,20 @@ from kqe.core.workspace import Workspace
     help="Let vLLM run Python code shipped with the model (config.json auto_map): only for models you trust.",
 )
 @click.option(
+    "--executor",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="Where checkpoints are evaluated: one after another here, or one Ray task each, in parallel as "
+    "the cluster allows (needs `KQE_EXTRAS=ray make setup`; README, Many GPUs or machines).",
+)
+@click.option(
+    "--ray-address",
+    default="",
+    help="With --executor ray: the head's address as `ray start --head` prints it (host:6379); "
+    "default: $RAY_ADDRESS if set, else a Ray instance started here for the run (make: RAY_HEAD=).",
+)
+@click.option(
     "--run",
     default="",
     help="Name this run: its leaderboard, report, cards and plots go to results/<model>/runs/<name>/ "
@@ -168,11 +182,13 @@ def eval_command(**options: Any) -> None:
     from evals.reporting.leaderboard import read_leaderboard
     from evals.serving import hardware
     from kqe.pipeline.config import EvalConfig
+    from kqe.pipeline.executors import executor_named
     from kqe.pipeline.matrix import split_mixes
     from kqe.pipeline.run import run_eval
 
     def action() -> None:
         dry_run, as_json = options.pop("dry_run"), options.pop("as_json")
+        executor = executor_named(options.pop("executor"), options.pop("ray_address"))
         if as_json and not dry_run:
             raise UserError("--json prints the plan of --dry-run: give both, or neither")
         if not split_list(options["schemes"]):
@@ -197,7 +213,7 @@ def eval_command(**options: Any) -> None:
             RateColumn(), TextColumn("eta"), TimeRemainingColumn(),
         )  # fmt: skip
         with Progress(*columns, console=console) as progress:
-            board = run_eval(cfg, Workspace.from_env(), ProgressDisplay(progress))
+            board = run_eval(cfg, Workspace.from_env(), ProgressDisplay(progress), executor)
         rows = read_leaderboard(board)
         _print_answer(cfg, board, rows)
         # a checkpoint this device cannot serve is a finding (its status says why), not a failure

@@ -9,38 +9,34 @@ from __future__ import annotations
 
 import logging
 import time
-from functools import partial
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
-from evals.capacity import load
-from evals.capacity import load_prompts as rag_prompts
 from evals.reporting import leaderboard, report
 from evals.reporting.leaderboard_row import LeaderboardRow
 from evals.reporting.outcome import CheckpointOutcome, RowFindings
-from evals.scoring import generate, perplexity, score
-from evals.serving import doctor, hardware, serve
-from evals.serving.memory import with_checkpoint_weights
+from evals.scoring import perplexity
+from evals.serving import hardware, serve
 from evals.statistics import averages, stats
 from evals.tasks.ko_rag import metrics as rag_metrics
-from evals.tasks.ko_rag import task as rag_task
 from kqe.core.errors import UserError
-from kqe.core.io import read_jsonl, read_record, write_record
+from kqe.core.io import read_record, write_record
 from kqe.core.records import Checkpoint, MemoryReport
-from kqe.core.results import Comparison, ItemResult, Perplexity, RunSummary, ScoreRun
+from kqe.core.results import Comparison, Perplexity, RunSummary
 from kqe.core.workspace import Workspace
 from kqe.pipeline.config import EvalConfig, Progress, RunMatrix, prepare_matrix
-from kqe.pipeline.matrix import BASE, MatrixEntry
+from kqe.pipeline.executors import Executor, LocalExecutor
+from kqe.pipeline.matrix import BASE
 from kqe.pipeline.preview import SLOW_ITEMS_PER_S, preview, recorded_rates
 from kqe.pipeline.stages import servability, stage_files
-from quantize import build, catalog, dequantize, external
 
 log = logging.getLogger(__name__)
+LOCAL = LocalExecutor()
 
 
-def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:
-    """Run the whole matrix; write the leaderboard and `run.json` beside it; return the leaderboard path."""
+def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress, executor: Executor = LOCAL) -> Path:
+    """Run the whole matrix, each checkpoint where `executor` puts it; write the leaderboard and
+    `run.json` beside it (here, from what the checkpoints left); return the leaderboard path."""
     started = time.perf_counter()
     matrix = prepare_matrix(cfg, ws, progress)
     log.info("serving device: %s", hardware.describe(hardware.local_device(ws.serve_venv)))
@@ -52,7 +48,7 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress) -> Path:
             "slow here: about %.1f items/s scoring, in %s (%s); `kqe env` says why (README, CPU kinds)",
             rates.items_per_s, matrix.profile.dtype, rates.source,
         )  # fmt: skip
-    outcomes = {e.name: _evaluate_checkpoint(matrix, e, rates.server_start_s) for e in matrix.plan.entries}
+    outcomes = executor.evaluate(matrix, rates.server_start_s)
     failures = {name: o.status for name, o in outcomes.items() if o.status != "ok"}
     base = outcomes[BASE]
     rows: list[LeaderboardRow] = []
@@ -144,116 +140,6 @@ def _row_memory(matrix: RunMatrix, outcome: CheckpointOutcome) -> MemoryReport |
     return outcome.memory
 
 
-def _evaluate_checkpoint(matrix: RunMatrix, entry: MatrixEntry, usual_start_s: float) -> CheckpointOutcome:
-    """Build (or check an extra), serve and score one checkpoint; a failure, or a checkpoint this device
-    cannot serve, becomes its status instead of stopping the run."""
-    placement = matrix.plan.placement.of(entry.name)
-    if placement.score is None:  # fits nowhere here: said up front, nothing built
-        log.warning("%s: %s", entry.name, placement.reason)
-        return _outcome(matrix, entry, placement.reason or "not scored")
-    try:
-        ckpt, built = _checkpoint(matrix, entry)
-    except UserError as exc:
-        return _failed(matrix, entry, exc, None)
-    verdict = servability(matrix, ckpt)
-    if not verdict.servable:  # said up front instead of a server that would crash
-        log.warning("%s: %s", entry.name, verdict.note)
-        return _outcome(matrix, entry, verdict.note, ckpt, built=built)
-    try:
-        runs, memory, served = _score_checkpoint(matrix, ckpt, usual_start_s)
-    except UserError as exc:
-        return _failed(matrix, entry, exc, ckpt)
-    items = {task: read_jsonl(Path(run.items_path), ItemResult) for task, run in runs.items()}
-    return _outcome(
-        matrix, entry, "ok", ckpt, runs=runs, memory=memory, items=items, built=built, served=served
-    )
-
-
-def _outcome(
-    matrix: RunMatrix, entry: MatrixEntry, status: str, ckpt: Checkpoint | None = None, **stages: Any
-) -> CheckpointOutcome:
-    recipe = matrix.plan.recipes.get(entry.scheme)  # a --recipes table name stands for its scheme
-    scheme = ckpt.scheme if ckpt else recipe.scheme if recipe else entry.scheme
-    return CheckpointOutcome(matrix.model, entry.name, scheme, entry.mix or "none", status, ckpt, **stages)
-
-
-def _checkpoint(matrix: RunMatrix, entry: MatrixEntry) -> tuple[Checkpoint, bool]:
-    """The entry's checkpoint, and whether this run built it: a pre-quantized extra (checked against
-    the base), a finished build of the same inputs, or a new build (progress by layer groups)."""
-    reference = matrix.plan.extras.get(entry.name)
-    if reference is not None:
-        return external.external_checkpoint(matrix.ws, matrix.base, reference), False
-    recipe, calib = matrix.plan.recipes[entry.scheme], matrix.calibs.get(entry.mix or "")
-    dtype = matrix.plan.build_dtype
-    found = build.find_checkpoint(matrix.ws, matrix.base, recipe.scheme, recipe, calib, entry.name, dtype)
-    if found is not None:
-        return found, False
-    progress = partial(matrix.progress, f"build {entry.name}")
-    ckpt = build.build_checkpoint(
-        matrix.ws, matrix.base, recipe.scheme, recipe, calib, progress, entry.name, dtype
-    )
-    return ckpt, True
-
-
-def _failed(
-    matrix: RunMatrix, entry: MatrixEntry, exc: UserError, ckpt: Checkpoint | None
-) -> CheckpointOutcome:
-    log.error("%s: %s", entry.name, exc)
-    return _outcome(matrix, entry, f"failed: {exc}", ckpt)
-
-
-def _score_checkpoint(
-    matrix: RunMatrix, ckpt: Checkpoint, usual_start_s: float
-) -> tuple[dict[str, ScoreRun], MemoryReport, bool]:
-    """Score every task through one server; no server is started when every task is already scored
-    (the last value says whether one was).
-
-    A task's ScoreRun is written when its last item is in, so a finished task keeps the speed it
-    was scored at, and a crash mid-task resumes from its per-item file.
-    """
-    profile, files = matrix.score_profile(ckpt.name), stage_files(matrix, ckpt)
-    if files.complete():
-        log.info("%s: every task already scored, no server needed", ckpt.name)
-        return files.finished_runs(), files.memory_report(), False
-    runs = files.finished_runs()
-    dequantized = servability(matrix, ckpt).dequantize
-    served_dir = (
-        dequantize.dequantized_checkpoint(matrix.ws, ckpt, profile.dtype) if dequantized else Path(ckpt.path)
-    )
-    usual = usual_start_s  # said on the bar: a start that takes long is not a hang
-    matrix.progress(f"serve {ckpt.name} (usually ~{usual:.0f} s here)", 0, 1)
-    try:
-        trusted = matrix.cfg.trust_remote_code
-        with serve.VllmServer(
-            served_dir, ckpt.name, profile, matrix.ws, files.log, trust_remote_code=trusted
-        ) as server:
-            matrix.progress(f"serve {ckpt.name} (usually ~{usual:.0f} s here)", 1, 1)
-            memory = server.memory()
-            if dequantized:  # what the engine would report for the real format, planned
-                memory = with_checkpoint_weights(memory, ckpt.disk_bytes)
-            write_record(files.memory, memory)
-            for task, run_path in files.runs.items():
-                if task not in runs:
-                    runs[task] = _score_restarting(matrix, ckpt, server, task, files.items[task])
-                    write_record(run_path, runs[task])
-            if not files.load_done():
-                write_record(files.load, _measure_load(matrix, ckpt, server))
-            if not files.perplexity.exists():
-                write_record(files.perplexity, _measure_perplexity(matrix, ckpt, server))
-    except serve.ServeError as exc:  # the engine would not start: say which OOM pattern, if any
-        verdict = doctor.diagnose(files.log.read_text(errors="replace"), profile).summary
-        raise serve.ServeError(f"{exc}; doctor: {verdict}") from None
-    return runs, memory, True
-
-
-def _measure_perplexity(matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer) -> Perplexity:
-    progress = partial(matrix.progress, f"perplexity {ckpt.name}")
-    holdout = catalog.holdout_texts(matrix.ws)
-    return perplexity.measure_perplexity(
-        server.endpoint, Path(ckpt.path), holdout, concurrency=matrix.cfg.concurrency, progress=progress
-    )
-
-
 def _perplexity_cells(
     matrix: RunMatrix, ckpt: Checkpoint, base: Checkpoint | None
 ) -> dict[str, float | None]:
@@ -261,52 +147,3 @@ def _perplexity_cells(
     paths = {name: stage_files(matrix, c).perplexity for name, c in (("ckpt", ckpt), ("base", base)) if c}
     found = {name: read_record(path, Perplexity) for name, path in paths.items() if path.exists()}
     return perplexity.leaderboard_cells(found.get("ckpt"), found.get("base"))
-
-
-def _measure_load(matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer) -> load.LoadReport:
-    """Serving capacity at the profile's max-num-seqs with long Korean RAG prompts (`kqe load`)."""
-    profile = matrix.score_profile(ckpt.name)
-    settings = load.LoadSettings(
-        concurrency=(profile.max_num_seqs,), duration_s=matrix.cfg.load_duration_s,
-        prompt_tokens=min(1500, profile.max_model_len - 65), max_tokens=64, seed=matrix.cfg.seed,
-    )  # fmt: skip
-    korean = sorted((matrix.ws.sources() / "ko").rglob("*.txt"))
-    texts = {path.name: path.read_text(encoding="utf-8") for path in korean}
-    rag = rag_prompts.rag_prompts(Path(ckpt.path), texts, settings.seed, shared_prefix=False)
-    matrix.progress(f"load {ckpt.name}", 0, 1)
-    report = load.run_load(server.endpoint, rag, settings, profile)
-    matrix.progress(f"load {ckpt.name}", 1, 1)
-    return report
-
-
-def _score_restarting(
-    matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer, task: str, out: Path
-) -> ScoreRun:
-    """`_score_task`; a server that dies on the way is started again and scoring resumes from the
-    per-item file, at most `serve.RESTARTS` times."""
-    for attempt in range(1, serve.RESTARTS + 2):
-        try:
-            return _score_task(matrix, ckpt, server, task, out)
-        except Exception as exc:
-            if server.alive():
-                raise
-            if attempt > serve.RESTARTS:
-                raise serve.ServeError(
-                    f"the vLLM server of {ckpt.name} died {attempt} times while scoring {task} "
-                    f"(last: {type(exc).__name__}); see {server.log_path}"
-                ) from None
-            log.warning("%s: the vLLM server died while scoring %s; restarting it", ckpt.name, task)
-            server.restart()
-    raise AssertionError("unreachable")
-
-
-def _score_task(
-    matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer, task: str, out: Path
-) -> ScoreRun:
-    """Letter-choice tasks by their choice log-probs; ko_rag's generated answers by generate.py."""
-    where = (Path(ckpt.path), server.endpoint, out, ckpt.name)
-    concurrency, progress = matrix.cfg.concurrency, partial(matrix.progress, f"score {ckpt.name} {task}")
-    key = matrix.score_profile(ckpt.name).key
-    if task == rag_task.TASK and matrix.rag is not None:
-        return generate.score_generation(matrix.rag.generation, *where, key, concurrency, progress)
-    return score.score_task(matrix.prompts[task], *where, key, concurrency, progress)

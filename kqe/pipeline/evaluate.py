@@ -1,0 +1,190 @@
+"""One checkpoint's work in a run: build it if missing, serve it, score every task, record its memory.
+
+The unit an executor runs (`kqe.pipeline.executors`): everything it writes goes to the run's
+workspace, keyed by its inputs, so the same checkpoint resumes on any executor.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from evals.capacity import load
+from evals.capacity import load_prompts as rag_prompts
+from evals.reporting.outcome import CheckpointOutcome
+from evals.scoring import generate, perplexity, score
+from evals.serving import doctor, serve
+from evals.serving.memory import with_checkpoint_weights
+from evals.tasks.ko_rag import task as rag_task
+from kqe.core.errors import UserError
+from kqe.core.io import read_jsonl, write_record
+from kqe.core.records import Checkpoint, MemoryReport
+from kqe.core.results import ItemResult, Perplexity, ScoreRun
+from kqe.pipeline.config import RunMatrix
+from kqe.pipeline.matrix import MatrixEntry
+from kqe.pipeline.stages import servability, stage_files
+from quantize import build, catalog, dequantize, external
+
+log = logging.getLogger(__name__)
+
+
+def evaluate_checkpoint(matrix: RunMatrix, entry: MatrixEntry, usual_start_s: float) -> CheckpointOutcome:
+    """Build (or check an extra), serve and score one checkpoint; a failure, or a checkpoint this device
+    cannot serve, becomes its status instead of stopping the run."""
+    placement = matrix.plan.placement.of(entry.name)
+    if placement.score is None:  # fits nowhere here: said up front, nothing built
+        log.warning("%s: %s", entry.name, placement.reason)
+        return checkpoint_outcome(matrix, entry, placement.reason or "not scored")
+    try:
+        ckpt, built = _checkpoint(matrix, entry)
+    except UserError as exc:
+        return _failed(matrix, entry, exc, None)
+    verdict = servability(matrix, ckpt)
+    if not verdict.servable:  # said up front instead of a server that would crash
+        log.warning("%s: %s", entry.name, verdict.note)
+        return checkpoint_outcome(matrix, entry, verdict.note, ckpt, built=built)
+    try:
+        runs, memory, served = _score_checkpoint(matrix, ckpt, usual_start_s)
+    except UserError as exc:
+        return _failed(matrix, entry, exc, ckpt)
+    items = {task: read_jsonl(Path(run.items_path), ItemResult) for task, run in runs.items()}
+    return checkpoint_outcome(
+        matrix, entry, "ok", ckpt, runs=runs, memory=memory, items=items, built=built, served=served
+    )
+
+
+def checkpoint_outcome(
+    matrix: RunMatrix, entry: MatrixEntry, status: str, ckpt: Checkpoint | None = None, **stages: Any
+) -> CheckpointOutcome:
+    """The outcome of `entry` with `status` (`ok`, or why not) and the stages that finished."""
+    recipe = matrix.plan.recipes.get(entry.scheme)  # a --recipes table name stands for its scheme
+    scheme = ckpt.scheme if ckpt else recipe.scheme if recipe else entry.scheme
+    return CheckpointOutcome(matrix.model, entry.name, scheme, entry.mix or "none", status, ckpt, **stages)
+
+
+def _checkpoint(matrix: RunMatrix, entry: MatrixEntry) -> tuple[Checkpoint, bool]:
+    """The entry's checkpoint, and whether this run built it: a pre-quantized extra (checked against
+    the base), a finished build of the same inputs, or a new build (progress by layer groups)."""
+    reference = matrix.plan.extras.get(entry.name)
+    if reference is not None:
+        return external.external_checkpoint(matrix.ws, matrix.base, reference), False
+    recipe, calib = matrix.plan.recipes[entry.scheme], matrix.calibs.get(entry.mix or "")
+    dtype = matrix.plan.build_dtype
+    found = build.find_checkpoint(matrix.ws, matrix.base, recipe.scheme, recipe, calib, entry.name, dtype)
+    if found is not None:
+        return found, False
+    progress = partial(matrix.progress, f"build {entry.name}")
+    ckpt = build.build_checkpoint(
+        matrix.ws, matrix.base, recipe.scheme, recipe, calib, progress, entry.name, dtype
+    )
+    return ckpt, True
+
+
+def _failed(
+    matrix: RunMatrix, entry: MatrixEntry, exc: UserError, ckpt: Checkpoint | None
+) -> CheckpointOutcome:
+    log.error("%s: %s", entry.name, exc)
+    return checkpoint_outcome(matrix, entry, f"failed: {exc}", ckpt)
+
+
+def _score_checkpoint(
+    matrix: RunMatrix, ckpt: Checkpoint, usual_start_s: float
+) -> tuple[dict[str, ScoreRun], MemoryReport, bool]:
+    """Score every task through one server; no server is started when every task is already scored
+    (the last value says whether one was).
+
+    A task's ScoreRun is written when its last item is in, so a finished task keeps the speed it
+    was scored at, and a crash mid-task resumes from its per-item file.
+    """
+    profile, files = matrix.score_profile(ckpt.name), stage_files(matrix, ckpt)
+    if files.complete():
+        log.info("%s: every task already scored, no server needed", ckpt.name)
+        return files.finished_runs(), files.memory_report(), False
+    runs = files.finished_runs()
+    dequantized = servability(matrix, ckpt).dequantize
+    served_dir = (
+        dequantize.dequantized_checkpoint(matrix.ws, ckpt, profile.dtype) if dequantized else Path(ckpt.path)
+    )
+    usual = usual_start_s  # said on the bar: a start that takes long is not a hang
+    matrix.progress(f"serve {ckpt.name} (usually ~{usual:.0f} s here)", 0, 1)
+    try:
+        trusted = matrix.cfg.trust_remote_code
+        with serve.VllmServer(
+            served_dir, ckpt.name, profile, matrix.ws, files.log, trust_remote_code=trusted
+        ) as server:
+            matrix.progress(f"serve {ckpt.name} (usually ~{usual:.0f} s here)", 1, 1)
+            memory = server.memory()
+            if dequantized:  # what the engine would report for the real format, planned
+                memory = with_checkpoint_weights(memory, ckpt.disk_bytes)
+            write_record(files.memory, memory)
+            for task, run_path in files.runs.items():
+                if task not in runs:
+                    runs[task] = _score_restarting(matrix, ckpt, server, task, files.items[task])
+                    write_record(run_path, runs[task])
+            if not files.load_done():
+                write_record(files.load, _measure_load(matrix, ckpt, server))
+            if not files.perplexity.exists():
+                write_record(files.perplexity, _measure_perplexity(matrix, ckpt, server))
+    except serve.ServeError as exc:  # the engine would not start: say which OOM pattern, if any
+        verdict = doctor.diagnose(files.log.read_text(errors="replace"), profile).summary
+        raise serve.ServeError(f"{exc}; doctor: {verdict}") from None
+    return runs, memory, True
+
+
+def _measure_perplexity(matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer) -> Perplexity:
+    progress = partial(matrix.progress, f"perplexity {ckpt.name}")
+    holdout = catalog.holdout_texts(matrix.ws)
+    return perplexity.measure_perplexity(
+        server.endpoint, Path(ckpt.path), holdout, concurrency=matrix.cfg.concurrency, progress=progress
+    )
+
+
+def _measure_load(matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer) -> load.LoadReport:
+    """Serving capacity at the profile's max-num-seqs with long Korean RAG prompts (`kqe load`)."""
+    profile = matrix.score_profile(ckpt.name)
+    settings = load.LoadSettings(
+        concurrency=(profile.max_num_seqs,), duration_s=matrix.cfg.load_duration_s,
+        prompt_tokens=min(1500, profile.max_model_len - 65), max_tokens=64, seed=matrix.cfg.seed,
+    )  # fmt: skip
+    korean = sorted((matrix.ws.sources() / "ko").rglob("*.txt"))
+    texts = {path.name: path.read_text(encoding="utf-8") for path in korean}
+    rag = rag_prompts.rag_prompts(Path(ckpt.path), texts, settings.seed, shared_prefix=False)
+    matrix.progress(f"load {ckpt.name}", 0, 1)
+    report = load.run_load(server.endpoint, rag, settings, profile)
+    matrix.progress(f"load {ckpt.name}", 1, 1)
+    return report
+
+
+def _score_restarting(
+    matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer, task: str, out: Path
+) -> ScoreRun:
+    """`_score_task`; a server that dies on the way is started again and scoring resumes from the
+    per-item file, at most `serve.RESTARTS` times."""
+    for attempt in range(1, serve.RESTARTS + 2):
+        try:
+            return _score_task(matrix, ckpt, server, task, out)
+        except Exception as exc:
+            if server.alive():
+                raise
+            if attempt > serve.RESTARTS:
+                raise serve.ServeError(
+                    f"the vLLM server of {ckpt.name} died {attempt} times while scoring {task} "
+                    f"(last: {type(exc).__name__}); see {server.log_path}"
+                ) from None
+            log.warning("%s: the vLLM server died while scoring %s; restarting it", ckpt.name, task)
+            server.restart()
+    raise AssertionError("unreachable")
+
+
+def _score_task(
+    matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer, task: str, out: Path
+) -> ScoreRun:
+    """Letter-choice tasks by their choice log-probs; ko_rag's generated answers by generate.py."""
+    where = (Path(ckpt.path), server.endpoint, out, ckpt.name)
+    concurrency, progress = matrix.cfg.concurrency, partial(matrix.progress, f"score {ckpt.name} {task}")
+    key = matrix.score_profile(ckpt.name).key
+    if task == rag_task.TASK and matrix.rag is not None:
+        return generate.score_generation(matrix.rag.generation, *where, key, concurrency, progress)
+    return score.score_task(matrix.prompts[task], *where, key, concurrency, progress)

@@ -1,0 +1,205 @@
+"""`--executor ray` on a real Ray cluster started here: two one-CPU worker nodes on this machine
+(`ray.cluster_utils.Cluster`), the tiny model's three-checkpoint matrix two at a time, against the same
+matrix on the local executor; a worker SIGKILLed mid-scoring; Ctrl-C on the CLI driver.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from evals.reporting.leaderboard import read_leaderboard
+from kqe.core.io import read_jsonl
+from kqe.core.results import ItemResult
+from kqe.core.workspace import Workspace
+from kqe.pipeline.config import EvalConfig, prepare_matrix
+from kqe.pipeline.run import run_eval
+from tests.conftest import REPO, needs_serve_env
+from tests.test_reliability import TOLERANCE, Chain, Run, write_test_sources
+
+ray = pytest.importorskip("ray", reason="the ray extra is not installed: KQE_EXTRAS=ray make setup")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from kqe.pipeline.ray_executor import RayExecutor  # noqa: E402
+
+pytestmark = [pytest.mark.slow, needs_serve_env]
+
+TASKS = ("kmmlu_hard", "mmlu")
+KILLED = "w4a16-rtn"
+PAUSE = f"scored {KILLED} kmmlu_hard 8"
+"""Where the killed checkpoint's worker waits to be killed: 8 of its items written, more to come."""
+MEASURED = {"date", "items_per_s", "wall_s"}
+"""Leaderboard columns that time this machine rather than score the checkpoint."""
+
+
+def config(model: Path) -> EvalConfig:
+    return EvalConfig(
+        model=str(model), schemes=("bf16", "awq-w4a16", KILLED), calibrations=("ko70",), calib_samples=10,
+        calib_seq_len=64, tasks=TASKS, limit=16, profile="cpu-ci",
+    )  # fmt: skip
+
+
+def new_workspace(base: Path) -> Workspace:
+    ws = Workspace(root=base / "project", cache=base / "cache", serve_venv=REPO / ".venv-serve")
+    ws.root.mkdir(parents=True)
+    write_test_sources(ws)
+    return ws
+
+
+def item_files(ws: Workspace, model: Path) -> dict[str, list[ItemResult]]:
+    out = ws.root / "results" / model.name / "items"
+    return {f"{p.parent.name}/{p.name}": read_jsonl(p, ItemResult) for p in sorted(out.glob("*/*.jsonl"))}
+
+
+def scored(board: Path) -> list[dict[str, object]]:
+    return [
+        {k: v for k, v in row.model_dump().items() if k not in MEASURED} for row in read_leaderboard(board)
+    ]
+
+
+@pytest.fixture(scope="module")
+def local_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Workspace, Path]:
+    ws = new_workspace(tmp_path_factory.mktemp("local"))
+    return ws, run_eval(config(tiny_model_dir), ws, lambda what, done, total: None)
+
+
+@pytest.fixture()
+def cluster() -> Iterator[Cluster]:
+    """A head that runs no task and two worker nodes of one CPU each: two checkpoints at a time."""
+    made = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    for _ in range(2):
+        made.add_node(num_cpus=1)
+    made.wait_for_nodes()
+    yield made
+    made.shutdown()
+
+
+def kill_worker_when_paused(ws: Workspace, model: Path, killed: list[int]) -> None:
+    """SIGKILL the Ray worker whose vLLM server serves KILLED once 8 of its items are written; record
+    the worker's and the server's pids."""
+    items = ws.root / "results" / model.name / "items" / KILLED
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        written = [p for p in items.glob("kmmlu_hard.*.jsonl") if len(p.read_bytes().splitlines()) >= 8]
+        found = ray_worker_of(KILLED, ws) if written else None
+        if found:
+            os.kill(found[0], signal.SIGKILL)
+            killed.extend(found)
+            return
+        time.sleep(0.2)
+
+
+def ray_worker_of(checkpoint: str, ws: Workspace) -> tuple[int, int] | None:
+    """The Ray worker whose vLLM server serves `checkpoint` in `ws`, and that server's pid."""
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(process.info["cmdline"] or [])
+        if str(ws.cache) in cmdline and f"--served-model-name {checkpoint}" in cmdline and "vllm" in cmdline:
+            parent = process.parent()
+            while parent is not None and not parent.name().startswith("ray::"):
+                parent = parent.parent()
+            return (parent.pid, process.pid) if parent else None
+    return None
+
+
+def test_ray_matrix_equals_local_item_by_item_and_survives_a_killed_worker(
+    local_run: tuple[Workspace, Path], tiny_model_dir: Path, tmp_path: Path, cluster: Cluster,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    local_ws, local_board = local_run
+    ws = new_workspace(tmp_path)
+    monkeypatch.setenv("KQE_PAUSE_AT", PAUSE)  # the tasks get every KQE_ variable of the driver
+    monkeypatch.setenv("KQE_PAUSE_S", "300")
+    killed: list[int] = []
+    killer = threading.Thread(target=kill_worker_when_paused, args=(ws, tiny_model_dir, killed), daemon=True)
+    killer.start()
+    seen: list[tuple[float, str]] = []
+    board = run_eval(
+        config(tiny_model_dir), ws, lambda what, done, total: seen.append((time.monotonic(), what)),
+        RayExecutor(address=cluster.address),
+    )  # fmt: skip
+    killer.join(timeout=1)
+
+    assert killed, "the worker scoring w4a16-rtn was never found"
+    worker, server = killed
+    assert not psutil.pid_exists(worker) and not psutil.pid_exists(server)
+    assert scored(board) == scored(local_board)
+    ours, theirs = item_files(ws, tiny_model_dir), item_files(local_ws, tiny_model_dir)
+    assert sorted(ours) == sorted(theirs) and len(ours) == 6  # three checkpoints × two tasks
+    for name, reference in theirs.items():
+        by_id = {item.item_id: item for item in ours[name]}
+        assert len(by_id) == len(ours[name]) == len(reference), name  # each item once
+        for expected in reference:  # in the order requests finished, which differs between runs
+            item = by_id[expected.item_id]
+            assert (item.pred, item.prompt_sha) == (expected.pred, expected.prompt_sha), item.item_id
+            assert item.choice_logprobs == pytest.approx(expected.choice_logprobs, abs=TOLERANCE)
+    serving = [what.split()[1] for _, what in seen if what.startswith(("score ", "serve "))]
+    assert len(set(serving)) == 3
+    first_end = {name: max(t for t, what in seen if what.split()[1:2] == [name]) for name in set(serving)}
+    first_start = {name: min(t for t, what in seen if what.split()[1:2] == [name]) for name in set(serving)}
+    overlapping = [
+        (a, b) for a in first_start for b in first_start
+        if a < b and first_start[a] < first_end[b] and first_start[b] < first_end[a]
+    ]  # fmt: skip
+    assert overlapping, f"no two checkpoints ran at the same time: {first_start} {first_end}"
+
+
+def test_ctrl_c_on_the_driver_leaves_no_ray_task_and_no_vllm_server(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """`kqe eval --executor ray` (Ray started by the driver) interrupted as a terminal's Ctrl-C does it:
+    SIGINT to its process group while one checkpoint's task is scoring."""
+    ws = new_workspace(tmp_path)
+    env = {**os.environ, "KQE_HOME": str(ws.cache), "KQE_SERVE_VENV": str(ws.serve_venv), "COLUMNS": "200"}
+    env |= {"KQE_PAUSE_AT": "scored bf16 kmmlu_hard 8", "KQE_PAUSE_S": "300"}
+    command = [sys.executable, "-m", "kqe.cli", "eval", "--model", str(tiny_model_dir), "--executor", "ray"]
+    command += [
+        "--schemes",
+        "bf16,w4a16-rtn",
+        "--tasks",
+        ",".join(TASKS),
+        "--limit",
+        "16",
+        "--profile",
+        "cpu-ci",
+    ]
+    chain = Chain(ws, tiny_model_dir)
+    stderr = tmp_path / "eval.err"
+    with stderr.open("wb") as err:
+        process = subprocess.Popen(
+            command, cwd=ws.root, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True
+        )
+    run = Run(process, stderr)
+    run.wait_for("8 bf16 items", lambda: any(len(i) >= 8 for i in chain_items(chain, "bf16")), timeout_s=600)
+    assert any("vllm" in line for line in chain.processes())
+    os.killpg(process.pid, signal.SIGINT)
+    assert process.wait(timeout=120) == 130, run.text()
+    assert "interrupted; finished results are kept" in run.text()
+    chain.assert_nothing_left()  # no Ray worker, raylet or vLLM server started with this KQE_HOME
+
+
+def chain_items(chain: Chain, checkpoint: str) -> list[bytes]:
+    return [
+        p.read_bytes().splitlines() for p in (chain.out / "items" / checkpoint).glob("kmmlu_hard.*.jsonl")
+    ]
+
+
+def test_a_cluster_without_the_resources_a_checkpoint_needs_gives_its_row_at_once(
+    tiny_model_dir: Path, tmp_path: Path, cluster: Cluster
+) -> None:
+    ws = new_workspace(tmp_path)
+    cfg = config(tiny_model_dir).model_copy(update={"schemes": ("bf16",)})
+    matrix = prepare_matrix(cfg, ws, lambda what, done, total: None)
+    started = time.monotonic()
+    outcomes = RayExecutor(address=cluster.address, cpus_per_checkpoint=2).evaluate(matrix, 1.0)
+    assert time.monotonic() - started < 60  # Ray would wait for two CPUs on one node forever
+    assert outcomes["bf16"].status.startswith("failed: no node of the Ray cluster has 2 CPU (its nodes: ")
+    assert outcomes["bf16"].checkpoint is None
