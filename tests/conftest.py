@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,6 +37,59 @@ def home_with_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("home")
     write_sources(Workspace(root=home, cache=home, serve_venv=REPO / ".venv-serve"))
     return home
+
+
+@dataclass(frozen=True)
+class MatrixRun:
+    """test_pipeline's matrix on the tiny model as the local executor first ran it: the run later
+    runs resume from (test_pipeline) and other executors must reproduce (test_ray_executor)."""
+
+    ws: Workspace
+    cfg: Any
+    """Its EvalConfig."""
+    board: Path
+    stages: list[str]
+    """The progress stages it reported, in order."""
+    leaderboard: str
+    """The leaderboard's text as first written (later runs in `ws` rewrite it)."""
+    items: dict[str, list[Any]]
+    """`checkpoint/task` → its per-item results (ItemResult) as first written, from run.json."""
+
+
+def run_items(board: Path) -> dict[str, list[Any]]:
+    """The per-item results of every score run listed in the run.json beside `board`."""
+    from kqe.core.io import read_jsonl, read_record
+    from kqe.core.results import ItemResult, RunSummary
+
+    summary = read_record(board.parent / "run.json", RunSummary)
+    return {
+        f"{r.checkpoint}/{r.task}": read_jsonl(Path(r.items_path), ItemResult) for r in summary.score_runs
+    }
+
+
+def matrix_config(model: Path) -> Any:
+    from kqe.pipeline.config import EvalConfig
+
+    return EvalConfig(
+        # w4a16-rtn, not fp8-dynamic: FP8's CPU matmul is oneDNN's reference code without AMX-FP8
+        model=str(model), schemes=("bf16", "awq-w4a16", "w4a16-rtn"), calib_samples=10,
+        calib_seq_len=64, limit=30, profile="cpu-ci",
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def matrix_run(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> MatrixRun:
+    from kqe.pipeline.run import run_eval
+    from tests.test_pipeline import write_sources
+
+    base = tmp_path_factory.mktemp("matrix")
+    ws = Workspace(root=base / "project", cache=base / "cache", serve_venv=REPO / ".venv-serve")
+    ws.root.mkdir()
+    write_sources(ws)
+    stages: list[str] = []
+    record: Callable[[str, int, int], None] = lambda what, done, total: stages.append(what)  # noqa: E731
+    board = run_eval(matrix_config(tiny_model_dir), ws, record)
+    return MatrixRun(ws, matrix_config(tiny_model_dir), board, stages, board.read_text(), run_items(board))
 
 
 @pytest.fixture()

@@ -21,7 +21,7 @@ from kqe.core.workspace import Workspace
 from kqe.pipeline import config
 from kqe.pipeline.config import EvalConfig
 from kqe.pipeline.run import run_eval
-from tests.conftest import needs_serve_env
+from tests.conftest import MatrixRun, needs_serve_env
 from tests.test_calibration import write_offline_sources
 from tests.tiny_model import TRAIN_TEXT
 
@@ -62,17 +62,9 @@ def without_dates(csv_text: str) -> str:
 @pytest.mark.slow
 @needs_serve_env
 def test_eval_builds_serves_scores_ranks_and_resumes(
-    tiny_model_dir: Path, workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+    matrix_run: MatrixRun, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    write_sources(workspace)
-    cfg = EvalConfig(
-        # w4a16-rtn, not fp8-dynamic: FP8's CPU matmul is oneDNN's reference code without AMX-FP8
-        model=str(tiny_model_dir), schemes=("bf16", "awq-w4a16", "w4a16-rtn"), calib_samples=10,
-        calib_seq_len=64, limit=30, profile="cpu-ci",
-    )  # fmt: skip
-    stages: list[str] = []
-    board = run_eval(cfg, workspace, lambda what, done, total: stages.append(what))
-
+    workspace, cfg, board, stages = matrix_run.ws, matrix_run.cfg, matrix_run.board, list(matrix_run.stages)
     rows = read_leaderboard(board)
     assert [row.checkpoint for row in rows] == ["bf16", "awq-w4a16-ko70", "awq-w4a16-en100", "w4a16-rtn"]
     assert [row.status for row in rows] == ["ok", "ok", "ok", "ok"]

@@ -1,6 +1,6 @@
 """`--executor ray` on a real Ray cluster started here: two one-CPU worker nodes on this machine
-(`ray.cluster_utils.Cluster`), the tiny model's three-checkpoint matrix two at a time, against the same
-matrix on the local executor; a worker SIGKILLed mid-scoring; Ctrl-C on the CLI driver.
+(`ray.cluster_utils.Cluster`), test_pipeline's four-checkpoint matrix two at a time against the local
+executor's run of it, with a worker SIGKILLed mid-scoring; Ctrl-C on the CLI driver.
 """
 
 from __future__ import annotations
@@ -18,12 +18,11 @@ import psutil
 import pytest
 
 from evals.reporting.leaderboard import read_leaderboard
-from kqe.core.io import read_jsonl
-from kqe.core.results import ItemResult
 from kqe.core.workspace import Workspace
-from kqe.pipeline.config import EvalConfig, prepare_matrix
+from kqe.pipeline.config import prepare_matrix
 from kqe.pipeline.run import run_eval
-from tests.conftest import REPO, needs_serve_env
+from tests.conftest import REPO, MatrixRun, matrix_config, needs_serve_env, run_items
+from tests.test_pipeline import write_sources
 from tests.test_reliability import TOLERANCE, Chain, Run, write_test_sources
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed: KQE_EXTRAS=ray make setup")
@@ -35,17 +34,10 @@ pytestmark = [pytest.mark.slow, needs_serve_env]
 
 TASKS = ("kmmlu_hard", "mmlu")
 KILLED = "w4a16-rtn"
-PAUSE = f"scored {KILLED} kmmlu_hard 8"
+PAUSE = f"scored {KILLED} kmmlu 8"
 """Where the killed checkpoint's worker waits to be killed: 8 of its items written, more to come."""
 MEASURED = {"date", "items_per_s", "wall_s"}
 """Leaderboard columns that time this machine rather than score the checkpoint."""
-
-
-def config(model: Path) -> EvalConfig:
-    return EvalConfig(
-        model=str(model), schemes=("bf16", "awq-w4a16", KILLED), calibrations=("ko70",), calib_samples=10,
-        calib_seq_len=64, tasks=TASKS, limit=16, profile="cpu-ci",
-    )  # fmt: skip
 
 
 def new_workspace(base: Path) -> Workspace:
@@ -55,21 +47,10 @@ def new_workspace(base: Path) -> Workspace:
     return ws
 
 
-def item_files(ws: Workspace, model: Path) -> dict[str, list[ItemResult]]:
-    out = ws.root / "results" / model.name / "items"
-    return {f"{p.parent.name}/{p.name}": read_jsonl(p, ItemResult) for p in sorted(out.glob("*/*.jsonl"))}
-
-
 def scored(board: Path) -> list[dict[str, object]]:
     return [
         {k: v for k, v in row.model_dump().items() if k not in MEASURED} for row in read_leaderboard(board)
     ]
-
-
-@pytest.fixture(scope="module")
-def local_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Workspace, Path]:
-    ws = new_workspace(tmp_path_factory.mktemp("local"))
-    return ws, run_eval(config(tiny_model_dir), ws, lambda what, done, total: None)
 
 
 @pytest.fixture()
@@ -89,7 +70,7 @@ def kill_worker_when_paused(ws: Workspace, model: Path, killed: list[int]) -> No
     items = ws.root / "results" / model.name / "items" / KILLED
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
-        written = [p for p in items.glob("kmmlu_hard.*.jsonl") if len(p.read_bytes().splitlines()) >= 8]
+        written = [p for p in items.glob("kmmlu.*.jsonl") if len(p.read_bytes().splitlines()) >= 8]
         found = ray_worker_of(KILLED, ws) if written else None
         if found:
             os.kill(found[0], signal.SIGKILL)
@@ -111,11 +92,13 @@ def ray_worker_of(checkpoint: str, ws: Workspace) -> tuple[int, int] | None:
 
 
 def test_ray_matrix_equals_local_item_by_item_and_survives_a_killed_worker(
-    local_run: tuple[Workspace, Path], tiny_model_dir: Path, tmp_path: Path, cluster: Cluster,
+    matrix_run: MatrixRun, tiny_model_dir: Path, tmp_path: Path, cluster: Cluster,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    local_ws, local_board = local_run
-    ws = new_workspace(tmp_path)
+    """test_pipeline's four-checkpoint matrix, two at a time on Ray, against its local run."""
+    ws = Workspace(root=tmp_path / "project", cache=tmp_path / "cache", serve_venv=REPO / ".venv-serve")
+    ws.root.mkdir()
+    write_sources(ws)
     monkeypatch.setenv("KQE_PAUSE_AT", PAUSE)  # the tasks get every KQE_ variable of the driver
     monkeypatch.setenv("KQE_PAUSE_S", "300")
     killed: list[int] = []
@@ -123,7 +106,7 @@ def test_ray_matrix_equals_local_item_by_item_and_survives_a_killed_worker(
     killer.start()
     seen: list[tuple[float, str]] = []
     board = run_eval(
-        config(tiny_model_dir), ws, lambda what, done, total: seen.append((time.monotonic(), what)),
+        matrix_run.cfg, ws, lambda what, done, total: seen.append((time.monotonic(), what)),
         RayExecutor(address=cluster.address),
     )  # fmt: skip
     killer.join(timeout=1)
@@ -131,9 +114,11 @@ def test_ray_matrix_equals_local_item_by_item_and_survives_a_killed_worker(
     assert killed, "the worker scoring w4a16-rtn was never found"
     worker, server = killed
     assert not psutil.pid_exists(worker) and not psutil.pid_exists(server)
+    local_board = tmp_path / "local.csv"
+    local_board.write_text(matrix_run.leaderboard)
     assert scored(board) == scored(local_board)
-    ours, theirs = item_files(ws, tiny_model_dir), item_files(local_ws, tiny_model_dir)
-    assert sorted(ours) == sorted(theirs) and len(ours) == 6  # three checkpoints × two tasks
+    ours, theirs = run_items(board), matrix_run.items
+    assert sorted(ours) == sorted(theirs) and len(ours) == 8  # four checkpoints × two tasks
     for name, reference in theirs.items():
         by_id = {item.item_id: item for item in ours[name]}
         assert len(by_id) == len(ours[name]) == len(reference), name  # each item once
@@ -141,15 +126,14 @@ def test_ray_matrix_equals_local_item_by_item_and_survives_a_killed_worker(
             item = by_id[expected.item_id]
             assert (item.pred, item.prompt_sha) == (expected.pred, expected.prompt_sha), item.item_id
             assert item.choice_logprobs == pytest.approx(expected.choice_logprobs, abs=TOLERANCE)
-    serving = [what.split()[1] for _, what in seen if what.startswith(("score ", "serve "))]
-    assert len(set(serving)) == 3
-    first_end = {name: max(t for t, what in seen if what.split()[1:2] == [name]) for name in set(serving)}
-    first_start = {name: min(t for t, what in seen if what.split()[1:2] == [name]) for name in set(serving)}
+    serving = {what.split()[1] for _, what in seen if what.startswith(("score ", "serve "))}
+    assert len(serving) == 4
+    start = {name: min(t for t, what in seen if what.split()[1:2] == [name]) for name in serving}
+    end = {name: max(t for t, what in seen if what.split()[1:2] == [name]) for name in serving}
     overlapping = [
-        (a, b) for a in first_start for b in first_start
-        if a < b and first_start[a] < first_end[b] and first_start[b] < first_end[a]
-    ]  # fmt: skip
-    assert overlapping, f"no two checkpoints ran at the same time: {first_start} {first_end}"
+        (a, b) for a in serving for b in serving if a < b and start[a] < end[b] and start[b] < end[a]
+    ]
+    assert overlapping, f"no two checkpoints ran at the same time: {start} {end}"
 
 
 def test_ctrl_c_on_the_driver_leaves_no_ray_task_and_no_vllm_server(
@@ -196,7 +180,7 @@ def test_a_cluster_without_the_resources_a_checkpoint_needs_gives_its_row_at_onc
     tiny_model_dir: Path, tmp_path: Path, cluster: Cluster
 ) -> None:
     ws = new_workspace(tmp_path)
-    cfg = config(tiny_model_dir).model_copy(update={"schemes": ("bf16",)})
+    cfg = matrix_config(tiny_model_dir).model_copy(update={"schemes": ("bf16",)})
     matrix = prepare_matrix(cfg, ws, lambda what, done, total: None)
     started = time.monotonic()
     outcomes = RayExecutor(address=cluster.address, cpus_per_checkpoint=2).evaluate(matrix, 1.0)
