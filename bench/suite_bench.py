@@ -179,7 +179,9 @@ def executor_rows(ws: Workspace, settings: Settings) -> list[Row]:
             with _fresh_project(ws) as (project, env):
                 times.append(_wall([*command, "--executor", executor], env, project))
     ratio = statistics.median(walls["ray"]) / statistics.median(walls["local"])
+    facts = cpu.cpu_facts()
     note = (
+        f"{facts.model}, isa {' '.join(facts.features)}; load avg {os.getloadavg()[0]:.2f} after; "
         f"{MODEL} {EXECUTOR_SCHEMES}, {settings.matrix_limit} items/task, {os.cpu_count()} CPUs: two Ray "
         "workers share the cores one local run already keeps busy, so expect little gain here; on a "
         "cluster each checkpoint gets its own GPU"
