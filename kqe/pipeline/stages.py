@@ -1,6 +1,7 @@
 """Where one checkpoint's served results are kept: every stage file keyed by what it depends on.
 
-The run (`run.py`) reads and writes them; the up-front plan (`preview.py`) only asks which exist.
+A checkpoint's work (`evaluate.py`) writes them, the run (`run.py`) reads them; the up-front plan
+(`preview.py`) only asks which exist.
 """
 
 from __future__ import annotations
