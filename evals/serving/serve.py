@@ -298,9 +298,11 @@ class VllmServer:
         )  # fmt: skip
         # the guard leads the server's process group and takes all of it down when this thread ends,
         # even by SIGKILL (parent-death signals follow the thread that forks: the one whose `with`
-        # block stops the server); the server's own parent-death signal covers the guard's SIGKILL
+        # block stops the server); the server's own parent-death signal covers the guard's SIGKILL.
+        # -I -S: the server's environment (a sitecustomize that imports torch) is vLLM's, not the guard's
         inner = with_parent_death_signal(command, signal.SIGTERM)
-        command = with_parent_death_signal([sys.executable, str(SERVER_GUARD), *inner], signal.SIGTERM)
+        guard = [sys.executable, "-I", "-S", str(SERVER_GUARD), *inner]
+        command = with_parent_death_signal(guard, signal.SIGTERM)
         env = server_environment(os.environ, self.profile, self.ws, self.on_gpu, self.api_key)
         with open_writable(self.log_path, append=append_log) as log_file:
             self._process = subprocess.Popen(
