@@ -159,8 +159,8 @@ from kqe.core.workspace import Workspace
 )
 @click.option(
     "--executor",
-    type=click.Choice(["local", "ray"]),
-    default="local",
+    type=click.Choice(defaults.EXECUTORS),
+    default=defaults.EXECUTORS[0],
     show_default=True,
     help="Where checkpoints are evaluated: one after another here, or one Ray task each, in parallel as "
     "the cluster allows (needs `KQE_EXTRAS=ray make setup`; README, Many GPUs or machines).",

@@ -20,3 +20,5 @@ SEED = 1234
 CONCURRENCY = 8
 """Scoring requests in flight."""
 LOAD_DURATION_S = 30.0
+EXECUTORS = ("local", "ray")
+"""Where `kqe eval` evaluates checkpoints (`kqe.pipeline.executors`); the first is the default."""

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
 from evals.reporting.outcome import CheckpointOutcome
+from kqe.core.defaults import EXECUTORS
 from kqe.core.errors import UserError
 from kqe.pipeline.config import RunMatrix
 from kqe.pipeline.evaluate import evaluate_checkpoint
-
-ExecutorName = Literal["local", "ray"]
-EXECUTORS: tuple[ExecutorName, ...] = ("local", "ray")
 
 
 class Executor(Protocol):

@@ -68,21 +68,21 @@ class RayExecutor:
             ray.init(address=self.address, runtime_env=env, logging_level=logging.WARNING)
         else:
             ray.init(include_dashboard=False, runtime_env=env, logging_level=logging.WARNING)
-        log.info("Ray cluster: %s", "; ".join(describe(offer) for offer in node_offers(ray)))
+        offers = node_offers(ray)
+        log.info("Ray cluster: %s", "; ".join(map(describe, offers)))
         probe = matrix.out / f".ray-probe-{secrets.token_hex(8)}"
         write_atomic(probe, probe.name)
         try:
-            return self._run_tasks(ray, matrix, usual_start_s, probe)
+            return self._run_tasks(ray, matrix, usual_start_s, probe, offers)
         finally:
             probe.unlink(missing_ok=True)
             ray.shutdown()
 
     def _run_tasks(
-        self, ray: Any, matrix: RunMatrix, usual_start_s: float, probe: Path
+        self, ray: Any, matrix: RunMatrix, usual_start_s: float, probe: Path, offers: list[dict[str, float]]
     ) -> dict[str, CheckpointOutcome]:
         board = ray.remote(num_cpus=0)(ProgressBoard).remote()
         shared = ray.put(replace(matrix, progress=Relay(board)))
-        offers = node_offers(ray)
         task, retry = (
             ray.remote(run_checkpoint_task),
             {"max_retries": self.retries, "retry_exceptions": False},
@@ -91,10 +91,9 @@ class RayExecutor:
         running: dict[Any, MatrixEntry] = {}
         for entry in matrix.plan.entries:
             request = self.request(matrix, entry, offers)
-            unmet = None if request is None else unmet_by(request, offers)
             if request is None:  # fits nowhere: its row says why at once, nothing to run
                 outcomes[entry.name] = evaluate_checkpoint(matrix, entry, usual_start_s)
-            elif unmet:
+            elif unmet := unmet_by(request, offers):
                 log.error("%s: %s", entry.name, unmet)
                 outcomes[entry.name] = checkpoint_outcome(matrix, entry, f"failed: {unmet}")
             else:
@@ -222,6 +221,7 @@ def unmet_by(request: dict[str, Any], offers: list[dict[str, float]]) -> str | N
 
 
 def describe(resources: dict[str, float]) -> str:
-    shown = {name: amount for name, amount in resources.items() if not name.startswith(("node:", "memory"))}
-    shown = {name: amount for name, amount in shown.items() if name != "object_store_memory"}
-    return ", ".join(f"{amount:g} {name}" for name, amount in sorted(shown.items())) or "nothing"
+    """`8 CPU, 1 GPU`: what a node has or a task asks for, without Ray's memory and node-name entries."""
+    hidden = ("node:", "memory", "object_store_memory")
+    shown = sorted((name, amount) for name, amount in resources.items() if not name.startswith(hidden))
+    return ", ".join(f"{amount:g} {name}" for name, amount in shown) or "nothing"
