@@ -29,7 +29,7 @@ from kqe.core.io import read_record, sha256_of, write_atomic, write_record
 from kqe.core.modelstore import LocalModel
 from kqe.core.records import CalibrationSet, SourceFile, content_hash
 from kqe.core.workspace import Workspace, safe_name
-from quantize.catalog import SourceSpec, default_sources, paragraphs, read_sources
+from quantize.catalog import SourceSpec, check_holdout_unused, default_sources, paragraphs, read_sources
 from quantize.contamination import ContaminationGuard
 from quantize.dedup import unique_paragraphs
 from quantize.windows import DROP_REASONS, Framing, WindowCutter, chat_framing, hangul_letters, measured_lang
@@ -201,6 +201,7 @@ def _source_texts(
     no source has."""
     specs = [s for s in (default_sources() if sources is None else sources) if not s.holdout]
     texts = read_sources(ws, specs)
+    check_holdout_unused(ws, texts)
     missing = [lang for lang, share in mix.items() if share > 0 and all(s.lang != lang for s, _ in texts)]
     if missing:
         raise UserError(

@@ -50,11 +50,21 @@ class SourceSpec(BaseModel):
     """Characters read from a hub source."""
     holdout: bool = False
     """Reserved for perplexity: never used for calibration."""
+    text_set: str | None = None
+    """Held-out sources: the perplexity text set they belong to (default: their language). Sets
+    `faq_ko` and `faq_en` are parallel: the same sections in two languages, scored whole."""
+    sections: str | None = None
+    """Held-out sources: regex of the line that starts each document (its first group names it);
+    default one document per file. Documents are what the perplexity bootstrap resamples."""
 
     @model_validator(mode="after")
     def _one_location(self) -> SourceSpec:
         if (self.glob is None) == (self.hub_id is None):
             raise ValueError("give exactly one of `glob` (offline file) or `hub_id` (online dataset)")
+        if self.holdout and self.glob is None:
+            raise ValueError(
+                "a held-out source must be offline files (`glob`): perplexity is measured offline"
+            )
         return self
 
 
@@ -104,12 +114,58 @@ def named_sources(names: Sequence[str], catalog: Sequence[SourceSpec] | None = N
     return [specs[name] for name in names]
 
 
-def holdout_texts(ws: Workspace, catalog: Sequence[SourceSpec] | None = None) -> dict[str, str]:
-    """Language → the held-out text (files joined by a blank line), for perplexity."""
-    texts: dict[str, list[str]] = {}
-    for source, text in read_sources(ws, holdout_sources(catalog)):
-        texts.setdefault(source.lang, []).append(text.strip())
-    return {lang: "\n\n".join(parts) + "\n" for lang, parts in sorted(texts.items())}
+def holdout_documents(
+    ws: Workspace, catalog: Sequence[SourceSpec] | None = None
+) -> dict[str, dict[str, str]]:
+    """Text set → document name → held-out text, for perplexity (sets in name order)."""
+    sets: dict[str, dict[str, str]] = {}
+    for spec in holdout_sources(catalog):
+        files = _source_files(ws, spec)
+        documents = sets.setdefault(spec.text_set or spec.lang, {})
+        for path in files:
+            text = _cut_lines(
+                path.read_text(encoding="utf-8"), spec, path.relative_to(ws.sources()).as_posix()
+            )
+            prefix = f"{path.stem}/" if len(files) > 1 and spec.sections else ""
+            for name, part in _documents(text, spec.sections, path.stem):
+                documents[prefix + name] = part
+    return dict(sorted(sets.items()))
+
+
+def _documents(text: str, sections: str | None, stem: str) -> list[tuple[str, str]]:
+    """(name, text) of each document of a held-out file: the file, or its sections (the text before
+    the first one is the `preamble`); documents without a letter are dropped."""
+    if sections is None:
+        found = [(stem, text)]
+    else:
+        marks = list(re.finditer(sections, text, flags=re.MULTILINE))
+        starts = [0, *(m.start() for m in marks)]
+        names = ["preamble", *(m.group(1) if m.groups() else str(i + 1) for i, m in enumerate(marks))]
+        ends = [*starts[1:], len(text)]
+        found = [(name, text[a:b]) for name, a, b in zip(names, starts, ends, strict=True)]
+    return [(name, part.strip() + "\n") for name, part in found if any(c.isalpha() for c in part)]
+
+
+def check_holdout_unused(
+    ws: Workspace, texts: Sequence[tuple[SourceFile, str]], catalog: Sequence[SourceSpec] | None = None
+) -> None:
+    """UserError when a calibration text holds a paragraph of held-out text: perplexity must be
+    measured on text no calibration set saw (held-out files not fetched have nothing to leak)."""
+    held = {
+        p
+        for spec in holdout_sources(catalog)
+        if _source_files(ws, spec, required=False)
+        for _, text in read_sources(ws, [spec])
+        for p in paragraphs(text)
+        if len(p) >= 40  # short lines (a URL, a heading) recur legitimately
+    }
+    for source, text in texts:
+        leaked = next((p for p in paragraphs(text) if p in held), None)
+        if leaked is not None:
+            raise UserError(
+                f"calibration source {source.name!r} holds held-out text ({leaked[:60]!r}…): "
+                f"cut it out with `start`/`stop` in {SOURCES_TOML}"
+            )
 
 
 def paragraphs(text: str) -> list[str]:
@@ -128,14 +184,7 @@ def read_sources(ws: Workspace, specs: Sequence[SourceSpec]) -> list[tuple[Sourc
             source = SourceFile(name=spec.name, lang=spec.lang, origin=origin, sha256=sha256_of(text))
             texts.append((source, text))
             continue
-        assert spec.glob is not None
-        files = sorted(ws.sources().glob(spec.glob))
-        if not files:
-            raise UserError(
-                f"calibration source {spec.name!r}: no files match {ws.sources() / spec.glob}: "
-                "run `make setup` to fetch the offline sources"
-            )
-        for path in files:
+        for path in _source_files(ws, spec):
             raw = path.read_bytes()
             where = path.relative_to(ws.sources()).as_posix()
             cut = "" if spec.start is None and spec.stop is None else f" lines /{spec.start}/../{spec.stop}/"
@@ -143,6 +192,18 @@ def read_sources(ws: Workspace, specs: Sequence[SourceSpec]) -> list[tuple[Sourc
             source = SourceFile(name=spec.name, lang=spec.lang, origin=origin, sha256=sha256_of(raw))
             texts.append((source, _cut_lines(raw.decode("utf-8"), spec, where)))
     return texts
+
+
+def _source_files(ws: Workspace, spec: SourceSpec, required: bool = True) -> list[Path]:
+    """The files an offline source reads, in order; none is a UserError when `required`."""
+    assert spec.glob is not None
+    files = sorted(ws.sources().glob(spec.glob))
+    if not files and required:
+        raise UserError(
+            f"calibration source {spec.name!r}: no files match {ws.sources() / spec.glob}: "
+            "run `make setup` to fetch the offline sources"
+        )
+    return files
 
 
 def _cut_lines(text: str, spec: SourceSpec, where: str) -> str:

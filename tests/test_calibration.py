@@ -53,14 +53,19 @@ def english_prose(seed: int, count: int) -> str:
 
 def write_offline_sources(root: Path) -> None:
     """A file of varied text at every offline path of the repo's `sources.toml` (no repeats for the
-    deduplication to remove), Botchan with its chapter markers: the layout `make setup` writes."""
+    deduplication to remove), Botchan and the FAQs with their chapter markers: the layout `make setup`
+    writes."""
     files = {
         "ko/constitution.txt": korean_prose(10, 20),
         **{f"ko/bills/180989{n}.txt": korean_prose(20 + n, 6) for n in range(10)},
-        "ko/debian-faq/debian-faq.ko.txt": korean_prose(30, 40),
+        "ko/debian-faq/debian-faq.ko.txt": f"12장. 지원\n\n{korean_prose(30, 40)}\n\n13장. 기여\n\n"
+        f"13.1. 어떻게?\n\n{korean_prose(31, 3)}\n\n14장. 재배포\n\n14.1. 팔까?\n\n{korean_prose(32, 3)}\n\n"
+        "15장. 변화\n",
         "en/botchan.txt": f"CHAPTER I\n\n{english_prose(40, 30)}\n\nCHAPTER X.\n\n{english_prose(41, 10)}\n"
         "--(THE END)--\n",
-        "en/debian-faq/debian-faq.en.txt": english_prose(50, 30),
+        "en/debian-faq/debian-faq.en.txt": f"Chapter 12. Support\n\n{english_prose(50, 30)}\n\n"
+        f"Chapter 13. Giving\n\n13.1. How?\n\n{english_prose(51, 3)}\n\nChapter 14. Selling\n\n"
+        f"14.1. Sell?\n\n{english_prose(52, 3)}\n\nChapter 15. Changes\n",
     }
     for relative, text in files.items():
         path = root / relative

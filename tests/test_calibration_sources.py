@@ -9,9 +9,10 @@ import pytest
 from kqe.core.errors import UserError
 from kqe.core.workspace import Workspace
 from quantize.catalog import (
+    check_holdout_unused,
     default_sources,
+    holdout_documents,
     holdout_sources,
-    holdout_texts,
     load_catalog,
     named_sources,
     read_sources,
@@ -53,12 +54,57 @@ def test_holdout_and_calibration_text_never_overlap(workspace: Workspace) -> Non
     assert held.startswith("CHAPTER X.\n") and held.rstrip().endswith(english_prose(11, 3))
     assert "Licence" not in calibration + held and "THE END" not in held and "Insitent" not in held
     assert calibration + held in text
-    ko = [s for s in catalog.values() if s.holdout and s.lang == "ko"]
+    ko = [s for s in catalog.values() if s.holdout and s.lang == "ko" and s.text_set is None]
     for number in range(10):
         write_source(workspace, f"ko/bills/180989{number}.txt", f"법률안 {number}호\n")
-    texts = holdout_texts(workspace, [*ko, catalog["botchan-holdout"]])
-    assert texts["en"] == held.strip() + "\n"
-    assert texts["ko"] == "\n\n".join(f"법률안 {n}호" for n in range(6, 10)) + "\n"
+    documents = holdout_documents(workspace, [*ko, catalog["botchan-holdout"]])
+    assert list(documents["en"]) == ["X", "XI"], "one document per chapter"
+    assert "".join(documents["en"].values()).replace("\n", "") == held.replace("\n", "")
+    assert documents["ko"] == {f"180989{n}": f"법률안 {n}호\n" for n in range(6, 10)}, "one per bill"
+
+
+FAQ = {
+    "ko": "목차\n\n13. 기여하기\n\n12장. 지원\n\n{twelve}\n\n13장. 기여하기\n\n{intro}\n\n13.1. 어떻게?\n\n"
+    "{one}\n\n14장. 재배포\n\n14.1. 팔 수 있나요?\n\n{two}\n\n15장. 변화\n\n{fifteen}\n",
+    "en": "Contents\n\n13. Contributing\n\nChapter\u00a012. Support\n\n{twelve}\n\nChapter\u00a013. "
+    "Contributing\n\n{intro}\n\n13.1.\u00a0How?\n\n{one}\n\nChapter\u00a014. Redistributing\n\n"
+    "14.1.\u00a0Can I sell?\n\n{two}\n\nChapter\u00a015. Changes\n\n{fifteen}\n",
+}
+
+
+def _write_faq(workspace: Workspace) -> None:
+    for lang, name in (("ko", "debian-faq.ko.txt"), ("en", "debian-faq.en.txt")):
+        parts = {key: f"{lang} {key} " + english_prose(n, 2) for n, key in enumerate(
+            ("twelve", "intro", "one", "two", "fifteen"))}  # fmt: skip
+        write_source(workspace, f"{lang}/debian-faq/{name}", FAQ[lang].format(**parts))
+
+
+def test_the_faq_chapters_13_14_are_held_out_in_both_languages_section_by_section(
+    workspace: Workspace,
+) -> None:
+    """The repo's FAQ entries: chapters up to 12 calibrate, 13–14 are the parallel perplexity sets,
+    one document per numbered section, the same names in both languages (English uses NBSPs)."""
+    _write_faq(workspace)
+    catalog = load_catalog()
+    faq = [s for s in catalog if s.name.startswith("debian-faq")]
+    documents = holdout_documents(workspace, faq)
+    assert set(documents) == {"faq_ko", "faq_en"}
+    assert list(documents["faq_ko"]) == list(documents["faq_en"]) == ["preamble", "13.1", "14.1"]
+    for lang in ("ko", "en"):
+        texts = documents[f"faq_{lang}"]
+        assert f"{lang} intro" in texts["preamble"] and f"{lang} one" in texts["13.1"]
+        assert f"{lang} two" in texts["14.1"] and f"{lang} fifteen" not in texts["14.1"]
+    calibration = read_sources(workspace, [s for s in faq if not s.holdout])
+    assert all("twelve" in text and "intro" not in text and "fifteen" not in text for _, text in calibration)
+    check_holdout_unused(workspace, calibration, catalog)  # nothing leaks: no error
+
+
+def test_calibration_text_holding_a_held_out_paragraph_is_refused(workspace: Workspace) -> None:
+    _write_faq(workspace)
+    faq = [s for s in load_catalog() if s.name.startswith("debian-faq")]
+    leaked = faq[0].model_copy(update={"stop": None})  # the whole Korean FAQ, chapters 13–14 included
+    with pytest.raises(UserError, match=r"calibration source 'debian-faq-ko' holds held-out text .*start"):
+        check_holdout_unused(workspace, read_sources(workspace, [leaked]), faq)
 
 
 def test_a_marker_that_matches_nothing_is_a_user_error(workspace: Workspace) -> None:

@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from evals.reporting.leaderboard import write_leaderboard
+from evals.reporting.leaderboard_row import LEADERBOARD_SCHEMA_VERSION as NOW
 from kqe.cli import main
 from tests.conftest import REPO
 from tests.test_report import rows
@@ -43,7 +44,9 @@ def write_cases(root: Path, tiny: Path) -> None:
         else text.replace(",0.5,", ",nan,", 1),
         "inf-cell.csv": text.replace(",0.5,", ",inf,", 1),
         "word-in-number.csv": text.replace(",0.5,", ",half,", 1),
-        "mixed-schema.csv": "\n".join([header, first, *(line.replace("4,", "3,", 1) for line in rest)])
+        "mixed-schema.csv": "\n".join(
+            [header, first, *(line.replace(f"{NOW},", f"{NOW - 1},", 1) for line in rest)]
+        )
         + "\n",
         "short-row.csv": "\n".join([header, first[: len(first) // 2], *rest]) + "\n",
         "long-row.csv": "\n".join([header, first + ",x,y", *rest]) + "\n",

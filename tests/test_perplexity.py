@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from evals.scoring.perplexity import (
+    document_windows,
     leaderboard_cells,
     measure_perplexity,
     perplexity_of,
@@ -108,23 +109,53 @@ def hf_nll(model_dir: Path, windows: list[list[int]]) -> tuple[float, int]:
     return nll, count
 
 
+class CharTokenizer:
+    """One token per character, BOS 1 first: enough to count windows."""
+
+    bos_token_id = 1
+
+    def __call__(self, text: str, add_special_tokens: bool = True) -> dict[str, list[int]]:
+        ids = [ord(c) for c in text]
+        return {"input_ids": ([1] if add_special_tokens else []) + ids}
+
+
+def test_a_sets_budget_is_split_over_its_documents_in_whole_windows_but_parallel_sets_are_whole() -> None:
+    documents = {"ko": {"a": "x" * 50, "b": "y" * 10}, "faq_ko": {"13.1": "z" * 50}}
+    windows = document_windows(CharTokenizer(), documents, window_tokens=8, max_tokens=30)
+    keys = {(w.text_set, w.document) for w in windows}
+    scored = {key: sum(len(w.ids) - 1 for w in windows if (w.text_set, w.document) == key) for key in keys}
+    # 30 tokens over 2 documents: 15 each, in whole windows of 7 → 14; a short document keeps all it has
+    assert scored == {("ko", "a"): 14, ("ko", "b"): 10, ("faq_ko", "13.1"): 50}
+    assert all(w.ids[0] == 1 and len(w.ids) <= 8 for w in windows)
+
+
 @pytest.mark.slow
 @needs_serve_env
 def test_server_perplexity_matches_hf_float32(server: Any, tiny_model_dir: Path) -> None:
     from transformers import AutoTokenizer
 
-    texts = {"ko": korean_prose(1, 6), "en": english_prose(2, 8)}
-    result = measure_perplexity(server.endpoint, tiny_model_dir, texts, window_tokens=WINDOW)
+    documents = {
+        "ko": {"one": korean_prose(1, 3), "two": korean_prose(3, 3)},
+        "en": {"chapter": english_prose(2, 8)},
+    }
+    result = measure_perplexity(server.endpoint, tiny_model_dir, documents, window_tokens=WINDOW)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    for lang, text in texts.items():
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        nll, count = hf_nll(tiny_model_dir, token_windows(ids, [tokenizer.bos_token_id], WINDOW))
-        assert result.tokens[lang] == count == len(ids), "every token scored once, BOS never"
-        assert result.nll[lang] == pytest.approx(nll, rel=TOLERANCE)
-        assert result.perplexity[lang] == pytest.approx(math.exp(nll / count), rel=TOLERANCE)
+    for text_set, docs in documents.items():
+        nll, count, ids_count, windows = 0.0, 0, 0, []
+        for name, text in docs.items():
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            doc_windows = token_windows(ids, [tokenizer.bos_token_id], WINDOW)
+            doc_nll, doc_count = hf_nll(tiny_model_dir, doc_windows)
+            nll, count, ids_count = nll + doc_nll, count + doc_count, ids_count + len(ids)
+            windows += [(name, len(w) - 1) for w in doc_windows]
+        assert result.tokens[text_set] == count == ids_count, "every token scored once, BOS never"
+        assert [(w.document, w.tokens) for w in result.windows[text_set]] == windows
+        assert result.nll[text_set] == pytest.approx(nll, rel=TOLERANCE)
+        assert sum(w.nll for w in result.windows[text_set]) == pytest.approx(nll, rel=TOLERANCE)
+        assert result.perplexity[text_set] == pytest.approx(math.exp(nll / count), rel=TOLERANCE)
     assert result.window_tokens == WINDOW and result.checkpoint == "tiny"
     capped = measure_perplexity(
-        server.endpoint, tiny_model_dir, {"en": texts["en"]},
+        server.endpoint, tiny_model_dir, {"en": documents["en"]},
         window_tokens=WINDOW, max_tokens=WINDOW - 1,
     )  # fmt: skip
     assert capped.tokens == {"en": WINDOW - 1}

@@ -18,6 +18,7 @@ from statsmodels.stats.multitest import multipletests
 from evals.reporting.leaderboard import build_row, read_leaderboard, write_leaderboard
 from evals.reporting.outcome import CheckpointOutcome, RowFindings
 from evals.serving.serve import load_profile
+from evals.statistics.multiplicity import holm
 from evals.statistics.pairing import PairedItems, read_items
 from evals.statistics.stats import (
     BOOTSTRAP_RESAMPLES,
@@ -27,16 +28,15 @@ from evals.statistics.stats import (
     NO_LOSS,
     SEED,
     SIGNIFICANT_LOSS,
-    _stretch,
     bootstrap_accuracies,
     choice_agreement,
     compare,
     compare_files,
     compare_tasks,
-    holm,
     mcnemar_p,
     mean_ci,
     minimum_detectable_effect,
+    small_sample_stretch,
 )
 from kqe.cli import main
 from kqe.core.errors import UserError
@@ -143,14 +143,14 @@ def test_cluster_bootstrap_matches_scipy_over_subjects_with_the_small_sample_str
         (sums, counts), lambda s, n, axis=-1: s.sum(axis) / n.sum(axis), paired=True, n_resamples=20_000,
         method="percentile", rng=np.random.default_rng(5),
     ).confidence_interval  # fmt: skip
-    delta, stretch = sums.sum() / counts.sum(), _stretch(20)
+    delta, stretch = sums.sum() / counts.sum(), small_sample_stretch(20)
     assert low == pytest.approx(delta + stretch * (ref.low - delta), abs=0.004)
     assert high == pytest.approx(delta + stretch * (ref.high - delta), abs=0.004)
 
 
 def test_stretch_is_the_small_sample_factor() -> None:
-    assert _stretch(45) == pytest.approx(math.sqrt(45 / 44) * 2.015368 / 1.959964, rel=1e-5)
-    assert _stretch(1_000_000) == pytest.approx(1.0, abs=1e-5)
+    assert small_sample_stretch(45) == pytest.approx(math.sqrt(45 / 44) * 2.015368 / 1.959964, rel=1e-5)
+    assert small_sample_stretch(1_000_000) == pytest.approx(1.0, abs=1e-5)
 
 
 def test_cluster_bootstrap_is_wider_when_subjects_differ() -> None:
@@ -516,7 +516,7 @@ def test_kl_ci_over_subjects_matches_scipy_with_the_stretch_and_is_never_narrowe
         (sums, counts), lambda s, n, axis=-1: s.sum(axis) / n.sum(axis), paired=True, n_resamples=20_000,
         method="percentile", rng=np.random.default_rng(5),
     ).confidence_interval  # fmt: skip
-    mean, stretch = kl.mean(), _stretch(12)
+    mean, stretch = kl.mean(), small_sample_stretch(12)
     assert low == pytest.approx(mean + stretch * (ref.low - mean), rel=0.03)
     assert high == pytest.approx(mean + stretch * (ref.high - mean), rel=0.03)
     half = norm.ppf(0.975) * np.std(kl, ddof=1) / np.sqrt(480)

@@ -16,10 +16,10 @@ from pydantic import Field, TypeAdapter, model_validator
 from evals.tasks.registry import CATEGORY_LABELS, COLUMN_SPECS, TaskSpec
 from kqe.core.records import Record
 
-LEADERBOARD_SCHEMA_VERSION = 4
+LEADERBOARD_SCHEMA_VERSION = 5
 """Version of the leaderboard's columns (`schema_version`); bumped when a column is added or changes.
-4: the target and scoring-placement columns."""
-READABLE_SCHEMA_VERSIONS = (3, 4)
+4: the target and scoring-placement columns; 5: perplexity CIs, verdicts, calibration effect, KO−EN gap."""
+READABLE_SCHEMA_VERSIONS = (3, 4, 5)
 """Versions this suite reads: an older board's missing columns (all optional) read as empty."""
 
 Cell = float | int | str | None
@@ -175,6 +175,33 @@ class LeaderboardRow(Record):
     """Perplexity on held-out English text (Botchan chapters X–XI), through the server."""
     ppl_en_delta_pct: float | None = None
     """ppl_en relative to the base's, percent; empty on the base row."""
+    ppl_ko_delta_pct_ci_low: float | None = None
+    """Lower end of the paired 95% CI of ppl_ko_delta_pct (documents resampled: run.json says how)."""
+    ppl_ko_delta_pct_ci_high: float | None = None
+    """Upper end of that CI."""
+    ppl_ko_verdict: str | None = None
+    """Korean perplexity verdict at the run's margin (+1% by default): significant loss, no loss
+    detected within margin, or inconclusive."""
+    ppl_en_delta_pct_ci_low: float | None = None
+    """Lower end of the paired 95% CI of ppl_en_delta_pct."""
+    ppl_en_delta_pct_ci_high: float | None = None
+    """Upper end of that CI."""
+    ppl_en_verdict: str | None = None
+    """English perplexity verdict at the run's margin."""
+    ppl_ko_calib_effect_pct: float | None = None
+    """ppl_ko relative to `calib_effect_vs`'s on the same windows, percent (negative: this mix lowered
+    Korean perplexity)."""
+    ppl_ko_calib_effect_ci_low: float | None = None
+    """Lower end of the paired 95% CI of ppl_ko_calib_effect_pct."""
+    ppl_ko_calib_effect_ci_high: float | None = None
+    """Upper end of that CI."""
+    ppl_faq_gap_pct: float | None = None
+    """Korean minus English perplexity change against the base on the same held-out Debian FAQ
+    sections, percentage points (positive: Korean lost more)."""
+    ppl_faq_gap_ci_low: float | None = None
+    """Lower end of the paired 95% CI of ppl_faq_gap_pct (sections resampled in both languages)."""
+    ppl_faq_gap_ci_high: float | None = None
+    """Upper end of that CI."""
     # ko_rag columns
     ko_rag_f1_1k: float | None = None
     """ko_rag mean answer F1 over morphemes, fraction, at the 1k context (1,024 tokens with the answer)."""

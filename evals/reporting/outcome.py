@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from evals.capacity.load import LoadReport
 from kqe.core.records import Checkpoint, MemoryReport, ServeProfile
-from kqe.core.results import Comparison, ItemResult, ScoreRun
+from kqe.core.results import Comparison, ItemResult, PerplexityComparison, PerplexityGap, ScoreRun
 
 
 @dataclass(frozen=True)
@@ -67,3 +67,7 @@ class RowFindings:
     """Columns their own stage computed: averages, ko_rag, perplexity, placement."""
     serving: str | None = None
     """How this machine's engine serves the checkpoint (native, dequantized, …)."""
+    perplexity: list[PerplexityComparison] = field(default_factory=list)
+    """Per held-out text set: perplexity against the base, then against `calibration_control`."""
+    perplexity_gap: PerplexityGap | None = None
+    """Korean − English perplexity change against the base on the parallel FAQ sections."""

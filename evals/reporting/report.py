@@ -14,6 +14,7 @@ from evals.reporting import plots as figures
 from evals.reporting.leaderboard import read_leaderboard
 from evals.reporting.leaderboard_row import LeaderboardRow, scored_tasks
 from evals.reporting.model_card import model_card
+from evals.reporting.perplexity_report import perplexity_section
 from evals.reporting.plots import task_label
 from evals.reporting.report_text import caveats, cell, delta_ci, item_lines, markdown_row
 from evals.statistics import averages
@@ -226,6 +227,7 @@ def report_markdown(
             ],
         ),
         *_section("Calibration effect", [_calibration_section(rows, plots)]),
+        *_section("Perplexity", perplexity_section(run, _base_name(rows))),
         *_section("Caveats", [f"- {note}" for note in caveats(rows, run, spec)]),
     ]
     if cards:
@@ -251,6 +253,10 @@ def _introduction(rows: Sequence[LeaderboardRow], spec: ModelSpec | None) -> lis
         "whole subjects with both checkpoints paired. Verdicts judge against a 1-point margin.",
         "",
     ]
+
+
+def _base_name(rows: Sequence[LeaderboardRow]) -> str:
+    return next((r.checkpoint for r in rows if r.scheme == BASE_SCHEME), "bf16")
 
 
 def _section(title: str, body: Sequence[str]) -> list[str]:

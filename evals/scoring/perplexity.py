@@ -19,18 +19,21 @@ tokenizer, so it does not compare models with different tokenizers either.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from evals.scoring.score import CompletionsClient
 from evals.serving.endpoint import Endpoint
+from kqe.core.defaults import PARALLEL_TEXT_SETS
 from kqe.core.io import sha256_of
-from kqe.core.results import Perplexity
+from kqe.core.results import Perplexity, WindowNll
 
 log = logging.getLogger(__name__)
 
@@ -89,17 +92,45 @@ class PromptLogprobsClient(CompletionsClient):
         return prompt_token_logprobs(self._call("POST", "/v1/completions", body), ids)
 
 
+@dataclass(frozen=True)
+class Window:
+    """One request: a window's token ids, its text set and document."""
+
+    text_set: str
+    document: str
+    ids: list[int]
+
+
+def document_windows(
+    tokenizer: Any, documents: Mapping[str, Mapping[str, str]], window_tokens: int, max_tokens: int
+) -> list[Window]:
+    """Every window of every text set, in order. A set's token budget `max_tokens` is split evenly
+    over its documents (whole windows each, so every document is represented); the parallel sets
+    are scored whole, or their two languages would stop at different content."""
+    prefix = _bos_prefix(tokenizer)
+    payload = window_tokens - len(prefix)
+    found = []
+    for text_set, docs in documents.items():
+        per_doc = max(1, max_tokens // max(len(docs), 1) // payload) * payload
+        for name, text in docs.items():
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            ids = ids if text_set in PARALLEL_TEXT_SETS else ids[:per_doc]
+            found += [Window(text_set, name, w) for w in token_windows(ids, prefix, window_tokens)]
+    return found
+
+
 def measure_perplexity(
     endpoint: Endpoint,
     tokenizer_dir: Path,
-    texts: Mapping[str, str],
+    documents: Mapping[str, Mapping[str, str]],
     *,
     window_tokens: int = WINDOW_TOKENS,
     max_tokens: int = MAX_TOKENS,
     concurrency: int = 4,
     progress: Callable[[int, int], None] | None = None,
 ) -> Perplexity:
-    """Perplexity of the served checkpoint on each text (language → text), windows of `window_tokens`.
+    """Perplexity of the served checkpoint on each held-out text set (set → document → text), in
+    windows of `window_tokens`, each window's NLL kept for the paired CIs.
 
     The window shrinks to the served max-model-len minus one when that is shorter (one token is
     generated).
@@ -107,42 +138,43 @@ def measure_perplexity(
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    prefix = _bos_prefix(tokenizer)
     client = PromptLogprobsClient(endpoint, concurrency)
     try:
         window_tokens = min(window_tokens, client.max_model_len() - 1)
-        windows = {
-            lang: token_windows(
-                tokenizer(text, add_special_tokens=False)["input_ids"][:max_tokens], prefix, window_tokens
-            )
-            for lang, text in texts.items()
-        }
-        jobs = [(lang, ids) for lang, lang_windows in windows.items() for ids in lang_windows]
+        jobs = document_windows(tokenizer, documents, window_tokens, max_tokens)
         started = time.perf_counter()
-        nll = dict.fromkeys(texts, 0.0)
-        tokens = dict.fromkeys(texts, 0)
+        windows: dict[str, list[WindowNll]] = {text_set: [] for text_set in documents}
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
-            for done, ((lang, _), logprobs) in enumerate(
-                zip(jobs, pool.map(lambda job: client.prompt_logprobs(job[1]), jobs), strict=True), start=1
-            ):
-                nll[lang] -= math.fsum(logprobs)
-                tokens[lang] += len(logprobs)
+            scored = pool.map(lambda job: client.prompt_logprobs(job.ids), jobs)
+            for done, (job, logprobs) in enumerate(zip(jobs, scored, strict=True), start=1):
+                scored_nll = round(-math.fsum(logprobs), 6)
+                window = WindowNll(document=job.document, tokens=len(logprobs), nll=scored_nll)
+                windows[job.text_set].append(window)
                 if progress is not None:
                     progress(done, len(jobs))
         wall_s = time.perf_counter() - started
     finally:
         client.close()
+    windows = {name: found for name, found in windows.items() if found}  # a set too short for a token
+    tokens = {name: sum(w.tokens for w in found) for name, found in windows.items()}
+    nll = {name: math.fsum(w.nll for w in found) for name, found in windows.items()}
     result = Perplexity(
         checkpoint=endpoint.model(),
         window_tokens=window_tokens,
         tokens=tokens,
-        nll={lang: round(value, 6) for lang, value in nll.items()},
-        perplexity={lang: round(perplexity_of(nll[lang], tokens[lang]), 6) for lang in texts},
-        text_sha256={lang: sha256_of(text) for lang, text in texts.items()},
+        nll={name: round(value, 6) for name, value in nll.items()},
+        perplexity={name: round(perplexity_of(nll[name], tokens[name]), 6) for name in windows},
+        text_sha256={name: documents_sha(docs) for name, docs in documents.items()},
+        windows=windows,
         wall_s=round(wall_s, 2),
     )
     log.info("%s perplexity %s over %s tokens (%.1fs)", endpoint.model(), result.perplexity, tokens, wall_s)
     return result
+
+
+def documents_sha(documents: Mapping[str, str]) -> str:
+    """sha256 of a text set's documents, names included."""
+    return sha256_of(json.dumps(documents, sort_keys=True, ensure_ascii=False))
 
 
 def _bos_prefix(tokenizer: Any) -> list[int]:

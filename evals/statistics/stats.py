@@ -19,6 +19,7 @@ from scipy.special import logsumexp
 from scipy.stats import binom, norm
 from scipy.stats import t as t_dist
 
+from evals.statistics.multiplicity import ADJUSTMENTS, holm
 from evals.statistics.pairing import PairedItems, Scored, pair_items, read_items
 from evals.tasks.registry import KOREAN_TO_ENGLISH
 from kqe.core.errors import UserError
@@ -71,17 +72,7 @@ def minimum_detectable_effect(
     return float(min(max(observed, all_flips), 1.0))
 
 
-def holm(pvalues: Sequence[float]) -> np.ndarray:
-    """Holm's step-down adjustment: controls the chance of any false finding across the tests."""
-    p = np.asarray(pvalues, dtype=float)
-    order = np.argsort(p, kind="stable")
-    steps = (len(p) - np.arange(len(p))) * p[order]
-    adjusted = np.empty_like(p)
-    adjusted[order] = np.minimum(np.maximum.accumulate(steps), 1.0)
-    return adjusted
-
-
-def _cluster_sums(totals: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
+def cluster_sums(totals: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
     """(resamples, columns): column sums of `totals` rows over clusters drawn with replacement."""
     clusters = len(totals)
     block = max(1, _PICK_CELLS // clusters)
@@ -92,7 +83,7 @@ def _cluster_sums(totals: np.ndarray, resamples: int, rng: np.random.Generator) 
     return np.vstack(sums)
 
 
-def _stretch(units: int) -> float:
+def small_sample_stretch(units: int) -> float:
     """Small-sample factor for a bootstrap over `units` resampled units: √(K/(K−1)) · t(K−1) / z."""
     if units < 2:
         return 1.0
@@ -148,7 +139,7 @@ def _cluster_replicates(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Whole subjects resampled; a replicate's accuracy is its items' share correct."""
     columns = [np.bincount(index, weights=ok) for ok in (paired.base_ok, paired.cand_ok)]
-    sums = _cluster_sums(np.column_stack([*columns, np.bincount(index)]), resamples, rng)
+    sums = cluster_sums(np.column_stack([*columns, np.bincount(index)]), resamples, rng)
     return _stretched(paired, sums[:, 0] / sums[:, 2], sums[:, 1] / sums[:, 2], int(index.max()) + 1)
 
 
@@ -167,7 +158,7 @@ def _item_replicates(
 def _stretched(
     paired: PairedItems, base_star: np.ndarray, cand_star: np.ndarray, units: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    stretch = _stretch(units)
+    stretch = small_sample_stretch(units)
     base_acc, cand_acc = paired.base_ok.mean(), paired.cand_ok.mean()
     return base_acc + stretch * (base_star - base_acc), cand_acc + stretch * (cand_star - cand_acc)
 
@@ -222,10 +213,10 @@ def mean_ci(
     if replicates.method != CLUSTER_BOOTSTRAP:
         return low, high
     _, index = np.unique(paired.clusters, return_inverse=True)
-    sums = _cluster_sums(
+    sums = cluster_sums(
         np.column_stack([np.bincount(index, weights=values), np.bincount(index)]), resamples, rng
     )
-    star = mean + _stretch(replicates.clusters) * (sums[:, 0] / sums[:, 1] - mean)
+    star = mean + small_sample_stretch(replicates.clusters) * (sums[:, 0] / sums[:, 1] - mean)
     cluster_low, cluster_high = percentile_ci(star)
     return min(low, cluster_low), max(high, cluster_high)
 
@@ -386,3 +377,20 @@ def compare_files(
         return compare_tasks(str(base_path), str(cand_path), base, cand, margin)
     except UserError as exc:
         raise UserError(f"{base_path} vs {cand_path}: {exc}") from None
+
+
+def adjust_run(
+    vs_base: Mapping[str, Mapping[str, Comparison]], method: str
+) -> dict[str, dict[str, Comparison]]:
+    """Every checkpoint × task comparison of a run, p_holm and verdict re-adjusted across all of them
+    by `method` (`holm`, `bh`); `holm-per-checkpoint` keeps compare_tasks' per-checkpoint Holm."""
+    if method not in ADJUSTMENTS:
+        return {name: dict(tasks) for name, tasks in vs_base.items()}
+    keys = [(name, task) for name, tasks in vs_base.items() for task in tasks]
+    adjusted = ADJUSTMENTS[method]([vs_base[name][task].mcnemar_p for name, task in keys])
+    found: dict[str, dict[str, Comparison]] = {name: {} for name in vs_base}
+    for (name, task), p in zip(keys, adjusted, strict=True):
+        c = vs_base[name][task]
+        update = {"p_holm": float(p), "verdict": verdict(c.ci_low, c.ci_high, p, c.margin, c.mde)}
+        found[name][task] = c.model_copy(update=update)
+    return found

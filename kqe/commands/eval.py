@@ -172,6 +172,22 @@ from kqe.core.workspace import Workspace
     "default: $RAY_ADDRESS if set, else a Ray instance started here for the run (make: RAY_HEAD=).",
 )
 @click.option(
+    "--multiplicity",
+    type=click.Choice(defaults.MULTIPLICITY),
+    default=defaults.MULTIPLICITY[0],
+    show_default=True,
+    help="Adjust the accuracy p-values (and verdicts) by Holm across each checkpoint's tasks, or by Holm "
+    "or Benjamini-Hochberg (bh) across every checkpoint x task of the run (recorded in run.json).",
+)
+@click.option(
+    "--ppl-margin",
+    "ppl_margin_pct",
+    default=defaults.PPL_MARGIN_PCT,
+    show_default=True,
+    type=Number(0, above=True),
+    help="Perplexity increase, percent, the perplexity verdicts take as acceptable.",
+)
+@click.option(
     "--run",
     default="",
     help="Name this run: its leaderboard, report, cards and plots go to results/<model>/runs/<name>/ "

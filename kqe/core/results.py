@@ -125,8 +125,20 @@ class Comparison(Record):
     """Subjects the items fall in (1 without subjects); None in records written before it was recorded."""
 
 
+class WindowNll(Record):
+    """One scored window of held-out text: the unit the paired perplexity bootstrap resamples."""
+
+    document: str
+    """Document the window was cut from (a bill, a chapter, a FAQ section): the bootstrap's cluster."""
+    tokens: int
+    """Tokens scored in the window."""
+    nll: float
+    """Their summed negative log-likelihood, nats."""
+
+
 class Perplexity(Record):
-    """Perplexity of one served checkpoint on held-out texts, per language, over fixed token windows."""
+    """Perplexity of one served checkpoint on held-out text sets (`ko`, `en`, the parallel
+    `faq_ko`/`faq_en`), over fixed token windows."""
 
     version: int = SCHEMA_VERSION
     """Format version of this record."""
@@ -135,15 +147,94 @@ class Perplexity(Record):
     window_tokens: int
     """Tokens per request (BOS included); each window is scored on its own, no overlap."""
     tokens: dict[str, int]
-    """Language → tokens scored (predicted from the tokens before them in their window)."""
+    """Text set → tokens scored (predicted from the tokens before them in their window)."""
     nll: dict[str, float]
-    """Language → summed negative log-likelihood of those tokens, nats."""
+    """Text set → summed negative log-likelihood of those tokens, nats."""
     perplexity: dict[str, float]
-    """Language → exp(nll / tokens)."""
+    """Text set → exp(nll / tokens)."""
     text_sha256: dict[str, str]
-    """Language → sha256 of the text scored (before the token cap)."""
+    """Text set → sha256 of its documents (before the token cap)."""
+    windows: dict[str, list[WindowNll]] = Field(default_factory=dict)
+    """Text set → every window scored, in order: what the paired CIs resample."""
     wall_s: float
     """Wall time of the requests, seconds."""
+
+
+class PerplexityComparison(Record):
+    """A checkpoint's perplexity against another's (the base, or its calibration control) on the same
+    windows of one held-out text set, with a paired bootstrap CI and a verdict."""
+
+    version: int = SCHEMA_VERSION
+    """Format version of this record."""
+    text_set: str
+    """Held-out text set (`ko`, `en`, `faq_ko`, `faq_en`)."""
+    base: str
+    """Reference checkpoint (the base, or the calibration control)."""
+    candidate: str
+    """Checkpoint compared."""
+    windows: int
+    """Windows paired."""
+    tokens: int
+    """Tokens scored in them."""
+    ppl_base: float
+    """Reference perplexity over these windows."""
+    ppl_cand: float
+    """Candidate perplexity over these windows."""
+    delta_pct: float
+    """100 · (ppl_cand / ppl_base − 1): +10.0 is 10% higher perplexity (worse)."""
+    ci_low_pct: float
+    """Lower end of the paired bootstrap 95% CI of delta_pct (see ci_method)."""
+    ci_high_pct: float
+    """Upper end of that CI."""
+    p: float
+    """Two-sided p of "no change in total NLL": a t-test on the per-unit NLL differences (units as
+    ci_method resamples them), t(units − 1)."""
+    margin_pct: float
+    """Perplexity increase taken as acceptable, percent."""
+    verdict: str
+    """`significant loss` (p < 0.05, CI above 0), `no loss detected within margin` (CI below
+    +margin_pct), else `inconclusive — CI …`."""
+    ci_method: str
+    """`document bootstrap` (whole documents, never narrower than the windows'), `window bootstrap
+    (documents spread narrower)` or `window bootstrap (fewer than 3 documents)`."""
+    clusters: int
+    """Documents the windows come from."""
+    bootstrap_resamples: int
+    """Bootstrap resamples behind the CI."""
+    seed: int
+    """Seed of the bootstrap."""
+
+
+class PerplexityGap(Record):
+    """How much more a checkpoint's perplexity rose on Korean than on English on the same content:
+    the parallel held-out sections of the Debian FAQ, each scored in both languages."""
+
+    version: int = SCHEMA_VERSION
+    """Format version of this record."""
+    base: str
+    """Reference checkpoint."""
+    candidate: str
+    """Checkpoint compared."""
+    korean: str
+    """Korean text set (`faq_ko`)."""
+    english: str
+    """English text set with the same documents (`faq_en`)."""
+    documents: list[str]
+    """Sections scored in both languages: the units resampled (both languages together)."""
+    delta_ko_pct: float
+    """Korean perplexity change, percent."""
+    delta_en_pct: float
+    """English perplexity change on the same sections, percent."""
+    gap_pct: float
+    """delta_ko_pct − delta_en_pct, percentage points: positive means Korean lost more."""
+    ci_low: float
+    """Lower end of the paired bootstrap 95% CI of gap_pct (sections resampled)."""
+    ci_high: float
+    """Upper end of that CI."""
+    bootstrap_resamples: int
+    """Bootstrap resamples behind the CI."""
+    seed: int
+    """Seed of the bootstrap."""
 
 
 class ScoreRun(Record):
@@ -193,6 +284,15 @@ class RunSummary(Record):
     calibration control where the run has one (`base` is then that control)."""
     memory: dict[str, MemoryReport]
     """Checkpoint name → what vLLM reserved for it."""
+    multiplicity: str = "holm-per-checkpoint"
+    """How p_holm and the verdicts were adjusted for many tests: `holm-per-checkpoint` (across the
+    tasks of each checkpoint), `holm` or `bh` (Holm, or Benjamini–Hochberg's false discovery rate,
+    across every checkpoint × task against the base)."""
+    perplexity_comparisons: list[PerplexityComparison] = Field(default_factory=list)
+    """Per candidate and held-out text set: its perplexity against the base's, and against its
+    calibration control's where the run has one."""
+    perplexity_gaps: list[PerplexityGap] = Field(default_factory=list)
+    """Per candidate: the Korean − English perplexity change on the parallel FAQ sections."""
     built: list[str] = Field(default_factory=list)
     """Checkpoints this run built (the others were reused from earlier runs)."""
     served: list[str] = Field(default_factory=list)

@@ -84,6 +84,11 @@ class EvalConfig(Record):
     """Pre-quantized checkpoints scored beside the built ones: model folders or `hf:org/name[@rev]`."""
     trust_remote_code: bool = False
     """Let vLLM run Python code shipped with the model (`auto_map`); refused without it."""
+    multiplicity: str = defaults.MULTIPLICITY[0]
+    """How accuracy p-values are adjusted for many tests (`kqe.core.defaults.MULTIPLICITY`): Holm
+    across each checkpoint's tasks, or Holm / Benjamini–Hochberg across every checkpoint × task."""
+    ppl_margin_pct: float = defaults.PPL_MARGIN_PCT
+    """Perplexity increase (percent) the perplexity verdicts take as acceptable."""
     run: str | None = None
     """Run name: the run's leaderboard, run.json, report, cards and plots go to
     `results/<model>/runs/<run>/` instead of `results/<model>/`; per-item files and stage records
@@ -111,6 +116,10 @@ class EvalConfig(Record):
             parts += ["--recipes", self.recipes]
         if self.extra:
             parts += ["--extra", ",".join(self.extra)]
+        if self.multiplicity != defaults.MULTIPLICITY[0]:
+            parts += ["--multiplicity", self.multiplicity]
+        if self.ppl_margin_pct != defaults.PPL_MARGIN_PCT:
+            parts += ["--ppl-margin", f"{self.ppl_margin_pct:g}"]
         if self.run:
             parts += ["--run", self.run]
         return shlex.join(parts)

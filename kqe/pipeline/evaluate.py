@@ -135,7 +135,7 @@ def _score_checkpoint(
 
 def _measure_perplexity(matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer) -> Perplexity:
     progress = partial(matrix.progress, f"perplexity {ckpt.name}")
-    holdout = catalog.holdout_texts(matrix.ws)
+    holdout = catalog.holdout_documents(matrix.ws)
     return perplexity.measure_perplexity(
         server.endpoint, Path(ckpt.path), holdout, concurrency=matrix.cfg.concurrency, progress=progress
     )

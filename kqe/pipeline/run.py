@@ -7,6 +7,7 @@ the others go on.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from importlib import metadata
@@ -17,12 +18,13 @@ from evals.reporting.leaderboard_row import LeaderboardRow
 from evals.reporting.outcome import CheckpointOutcome, RowFindings
 from evals.scoring import perplexity
 from evals.serving import hardware, serve
-from evals.statistics import averages, stats
+from evals.statistics import averages, perplexity_stats, stats
+from evals.statistics.perplexity_stats import PerplexityFindings
 from evals.tasks.ko_rag import metrics as rag_metrics
 from kqe.core.errors import UserError
 from kqe.core.io import read_record, write_record
 from kqe.core.records import Checkpoint, MemoryReport
-from kqe.core.results import Comparison, Perplexity, RunSummary
+from kqe.core.results import Comparison, Perplexity, PerplexityComparison, PerplexityGap, RunSummary
 from kqe.core.workspace import Workspace
 from kqe.pipeline.config import EvalConfig, Progress, RunMatrix, prepare_matrix
 from kqe.pipeline.executors import Executor, LocalExecutor
@@ -53,14 +55,25 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress, executor: Execu
     base = outcomes[BASE]
     rows: list[LeaderboardRow] = []
     comparisons: list[Comparison] = []
+    perplexity: list[PerplexityComparison] = []
+    gaps: list[PerplexityGap] = []
+    # every task both hold; Holm across the tasks (or the run: --multiplicity); the Korean task
+    # carries its gap to English. The base is not compared with itself: its row keeps Δ empty.
+    vs_base = stats.adjust_run(
+        {
+            name: stats.compare_tasks(BASE, name, base.items, o.items)
+            for name, o in outcomes.items()
+            if name != BASE
+        },
+        cfg.multiplicity,
+    )
     for name, outcome in outcomes.items():
-        # every task both hold; Holm across the tasks; the Korean task carries its gap to English.
-        # The base is not compared with itself: its row keeps the Δ columns empty.
-        vs_base = {} if name == BASE else stats.compare_tasks(BASE, name, base.items, outcome.items)
         control = outcomes.get(matrix.references.get(name, ""))
-        findings = _findings(matrix, outcome, base, vs_base, control)
+        findings = _findings(matrix, outcome, base, vs_base.get(name, {}), control)
         rows.append(leaderboard.build_row(outcome, findings))  # a checkpoint never built: why, and its plan
         comparisons += [*findings.vs_base.values(), *findings.vs_control.values()]
+        perplexity += findings.perplexity
+        gaps += [findings.perplexity_gap] if findings.perplexity_gap else []
     if all(outcome.checkpoint is None for outcome in outcomes.values()):
         raise UserError(f"no checkpoint of {matrix.model} could be built: see the errors above")
     board = matrix.board_dir / "leaderboard.csv"
@@ -72,7 +85,8 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress, executor: Execu
         score_runs=[run for o in outcomes.values() for run in o.runs.values()],
         memory={name: o.memory for name, o in outcomes.items() if o.memory is not None},
         built=[name for name, o in outcomes.items() if o.built],
-        served=[name for name, o in outcomes.items() if o.served],
+        served=[name for name, o in outcomes.items() if o.served], multiplicity=cfg.multiplicity,
+        perplexity_comparisons=perplexity, perplexity_gaps=gaps,
     )  # fmt: skip
     write_record(matrix.board_dir / "run.json", summary)
     write_record(matrix.board_dir / "placement.json", matrix.plan.placement)
@@ -112,7 +126,8 @@ def _findings(
     cells = averages.leaderboard_cells(outcome.items, base_items, matrix.sources)
     if matrix.rag is not None:
         cells |= rag_metrics.checkpoint_cells(outcome.items, base_items, matrix.rag.skipped)
-    cells |= _perplexity_cells(matrix, ckpt, base.checkpoint) | placement
+    ppl = _perplexity_findings(matrix, ckpt, base.checkpoint, control.checkpoint if control else None)
+    cells |= ppl.cells | placement
     files = stage_files(matrix, ckpt)
     return RowFindings(
         profile, command, memory=_row_memory(matrix, outcome), base_memory=_row_memory(matrix, base),
@@ -120,6 +135,7 @@ def _findings(
         vs_control=_calibration_effect(control, outcome),
         capacity=files.capacity(),
         engine_versions=_engine_versions(matrix), cells=cells, serving=servability(matrix, ckpt).note,
+        perplexity=ppl.comparisons, perplexity_gap=ppl.gap,
     )  # fmt: skip
 
 
@@ -140,10 +156,16 @@ def _row_memory(matrix: RunMatrix, outcome: CheckpointOutcome) -> MemoryReport |
     return outcome.memory
 
 
-def _perplexity_cells(
-    matrix: RunMatrix, ckpt: Checkpoint, base: Checkpoint | None
-) -> dict[str, float | None]:
-    """The perplexity columns of a row: this checkpoint's and its change against the base."""
-    paths = {name: stage_files(matrix, c).perplexity for name, c in (("ckpt", ckpt), ("base", base)) if c}
+def _perplexity_findings(
+    matrix: RunMatrix, ckpt: Checkpoint, base: Checkpoint | None, control: Checkpoint | None
+) -> PerplexityFindings:
+    """The perplexity columns of a row: this checkpoint's, its change against the base and its
+    calibration control with CIs and verdicts, and the Korean − English gap on parallel text."""
+    named = (("ckpt", ckpt), ("base", base), ("control", control))
+    paths = {name: stage_files(matrix, c).perplexity for name, c in named if c}
     found = {name: read_record(path, Perplexity) for name, path in paths.items() if path.exists()}
-    return perplexity.leaderboard_cells(found.get("ckpt"), found.get("base"))
+    stats_found = perplexity_stats.perplexity_findings(
+        found.get("ckpt"), found.get("base"), found.get("control"), matrix.cfg.ppl_margin_pct
+    )
+    cells = perplexity.leaderboard_cells(found.get("ckpt"), found.get("base")) | stats_found.cells
+    return dataclasses.replace(stats_found, cells=cells)

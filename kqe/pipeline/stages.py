@@ -12,7 +12,7 @@ from pathlib import Path
 from evals.capacity.load import LoadReport
 from evals.scoring import perplexity
 from evals.serving import hardware
-from kqe.core.io import read_record, sha256_of
+from kqe.core.io import read_record
 from kqe.core.records import Checkpoint, MemoryReport, content_hash
 from kqe.core.results import ScoreRun
 from kqe.pipeline.config import RunMatrix
@@ -78,8 +78,9 @@ def stage_files(matrix: RunMatrix, ckpt: Checkpoint) -> StageFiles:
     task_items = {t: [p.item_id for p in ps] for t, ps in matrix.prompts.items()}
     task_items |= matrix.rag.stage_items() if matrix.rag else {}
     task_keys = {t: content_hash(key, ids) for t, ids in task_items.items()}
-    texts = {lang: sha256_of(text) for lang, text in catalog.holdout_texts(matrix.ws).items()}
-    ppl_key = content_hash(*parts, texts, [perplexity.WINDOW_TOKENS, perplexity.MAX_TOKENS])
+    held_out = catalog.holdout_documents(matrix.ws)
+    texts = {name: perplexity.documents_sha(documents) for name, documents in held_out.items()}
+    ppl_key = content_hash(*parts, texts, [perplexity.WINDOW_TOKENS, perplexity.MAX_TOKENS, "windows"])
     # capacity under load belongs to the real format's kernel and the target GPU: measured only there
     planned = matrix.plan.placement.of(name).memory_source == "planner"
     return StageFiles(

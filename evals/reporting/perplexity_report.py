@@ -1,0 +1,77 @@
+"""The report's perplexity section, from run.json: each checkpoint's change against the base with its
+CI and verdict, the calibration effect on perplexity, and the Korean − English gap on parallel text."""
+
+from __future__ import annotations
+
+from kqe.core.results import PerplexityComparison, RunSummary
+
+TEXT_SETS = {
+    "ko": "Korean (bills)",
+    "en": "English (Botchan)",
+    "faq_ko": "Debian FAQ ch. 13–14, Korean",
+    "faq_en": "the same, English",
+}
+"""Held-out text sets in report order, with what they are."""
+
+
+def _ci(c: PerplexityComparison) -> str:
+    return f"{c.delta_pct:+.1f}% [{c.ci_low_pct:+.1f}, {c.ci_high_pct:+.1f}]"
+
+
+def _table(found: list[PerplexityComparison], reference: str) -> list[str]:
+    lines = [
+        f"| checkpoint | {reference} | text | ppl | Δ ppl [95% CI] | p | verdict | CI from |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    order = list(TEXT_SETS)
+    for c in sorted(
+        found, key=lambda c: (c.candidate, order.index(c.text_set) if c.text_set in order else 9)
+    ):
+        lines.append(
+            f"| {c.candidate} | {c.base} | {TEXT_SETS.get(c.text_set, c.text_set)} | {c.ppl_cand:.2f} | "
+            f"{_ci(c)} | {c.p:.2g} | {c.verdict} | {c.ci_method}, {c.clusters} documents |"
+        )
+    return lines
+
+
+def perplexity_section(run: RunSummary | None, base: str) -> list[str]:
+    """Markdown lines; a pointer to re-run when run.json holds no paired perplexity."""
+    found = run.perplexity_comparisons if run else []
+    if not found:
+        return [
+            "No paired perplexity in this run's run.json (it predates per-window NLLs): re-run `make eval`."
+        ]
+    vs_base = [c for c in found if c.base == base]
+    vs_control = [c for c in found if c.base != base]
+    margin = found[0].margin_pct
+    lines = [
+        "Perplexity on held-out text (never in a calibration set), per token of the model's tokenizer; "
+        "Δ against the base on the same windows. The CI resamples whole documents (bills, chapters, "
+        f"FAQ sections) with both checkpoints paired; p is a t-test on the per-document NLL change; "
+        f"verdicts judge against a +{margin:g}% margin.",
+        "",
+        *_table(vs_base, "against"),
+    ]
+    if vs_control:
+        lines += [
+            "",
+            "Calibration effect: the same scheme against its control (least Korean calibration), same "
+            "windows (negative: this mix lowered perplexity):",
+            "",
+            *_table(vs_control, "control"),
+        ]
+    if run and run.perplexity_gaps:
+        lines += [
+            "",
+            "Korean − English perplexity change on the same content (the Debian FAQ's chapters 13–14 in "
+            "both languages, sections resampled together; positive: Korean lost more):",
+            "",
+            "| checkpoint | Δ Korean | Δ English | gap, points [95% CI] | sections |",
+            "|---|---|---|---|---|",
+            *[
+                f"| {g.candidate} | {g.delta_ko_pct:+.1f}% | {g.delta_en_pct:+.1f}% | "
+                f"{g.gap_pct:+.1f} [{g.ci_low:+.1f}, {g.ci_high:+.1f}] | {len(g.documents)} |"
+                for g in run.perplexity_gaps
+            ],
+        ]
+    return lines

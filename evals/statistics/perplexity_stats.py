@@ -1,0 +1,233 @@
+"""Paired perplexity statistics: a checkpoint against another on the same windows of held-out text.
+
+Both checkpoints scored the same token windows, so the comparison is paired: the change in mean NLL
+per token is Σ(NLL_cand − NLL_base) / Σ tokens over the windows, and the perplexity ratio is its exp.
+The bootstrap resamples whole documents (a bill, a chapter, a FAQ section), as accuracy resamples
+subjects, never narrower than resampling windows, and stretched for the few units it has
+(`stats.small_sample_stretch`); with fewer than 3 documents it resamples windows. The p-value is a
+t-test on the per-unit NLL differences: it tests "no change in total NLL" with t(units − 1).
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import norm
+from scipy.stats import t as t_dist
+
+from evals.statistics.stats import (
+    ALPHA,
+    BOOTSTRAP_RESAMPLES,
+    NO_LOSS,
+    SEED,
+    SIGNIFICANT_LOSS,
+    cluster_sums,
+    small_sample_stretch,
+)
+from kqe.core.defaults import PARALLEL_TEXT_SETS, PPL_MARGIN_PCT
+from kqe.core.results import Perplexity, PerplexityComparison, PerplexityGap
+
+MIN_DOCUMENTS = 3
+"""Fewer documents than this are too few to resample: the windows are resampled instead."""
+DOCUMENTS = "document bootstrap"
+WINDOW_FLOOR = "window bootstrap (documents spread narrower)"
+FEW_DOCUMENTS = f"window bootstrap (fewer than {MIN_DOCUMENTS} documents)"
+
+
+@dataclass(frozen=True)
+class PairedWindows:
+    """Two checkpoints' NLLs on the same windows of one text set, aligned."""
+
+    base_nll: np.ndarray
+    cand_nll: np.ndarray
+    tokens: np.ndarray
+    documents: np.ndarray
+    """Document of each window: the cluster label."""
+
+
+def pair_windows(base: Perplexity, cand: Perplexity, text_set: str) -> PairedWindows | None:
+    """The windows both scored on `text_set`; None when either lacks them or they scored other text
+    or other windows (then there is nothing to pair)."""
+    b, c = base.windows.get(text_set), cand.windows.get(text_set)
+    if not b or not c or base.window_tokens != cand.window_tokens:
+        return None
+    same_text = base.text_sha256.get(text_set) == cand.text_sha256.get(text_set)
+    if not same_text or [(w.document, w.tokens) for w in b] != [(w.document, w.tokens) for w in c]:
+        return None
+    return PairedWindows(
+        base_nll=np.array([w.nll for w in b]),
+        cand_nll=np.array([w.nll for w in c]),
+        tokens=np.array([w.tokens for w in b], dtype=float),
+        documents=np.array([w.document for w in b]),
+    )
+
+
+@dataclass(frozen=True)
+class LogRatio:
+    """Bootstrap replicates of the change in mean NLL per token (the log of the perplexity ratio)."""
+
+    estimate: float
+    replicates: np.ndarray
+    """Stretched replicates, (resamples,)."""
+    unit_differences: np.ndarray
+    """Σ(NLL_cand − NLL_base) per resampled unit (document or window): what the t-test reads."""
+    method: str
+    clusters: int
+
+
+def log_ratio_replicates(paired: PairedWindows, resamples: int, rng: np.random.Generator) -> LogRatio:
+    """Replicates of the wider of the document and the window bootstrap (documents when ≥ 3)."""
+    diff = paired.cand_nll - paired.base_nll
+    estimate = float(diff.sum() / paired.tokens.sum())
+    labels, index = np.unique(paired.documents, return_inverse=True)
+    windows = _replicates(diff, paired.tokens, estimate, resamples, rng)
+    if len(labels) < MIN_DOCUMENTS or len(labels) == len(diff):
+        method = DOCUMENTS if len(labels) == len(diff) >= MIN_DOCUMENTS else FEW_DOCUMENTS
+        return LogRatio(estimate, windows, diff, method, len(labels))
+    doc_diff, doc_tokens = np.bincount(index, weights=diff), np.bincount(index, weights=paired.tokens)
+    documents = _replicates(doc_diff, doc_tokens, estimate, resamples, rng)
+    if np.std(windows) > np.std(documents):
+        return LogRatio(estimate, windows, diff, WINDOW_FLOOR, len(labels))
+    return LogRatio(estimate, documents, doc_diff, DOCUMENTS, len(labels))
+
+
+def _replicates(
+    diff: np.ndarray, tokens: np.ndarray, estimate: float, resamples: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Units resampled with replacement; each replicate's Σdiff / Σtokens, stretched around `estimate`."""
+    sums = cluster_sums(np.column_stack([diff, tokens]), resamples, rng)
+    return estimate + small_sample_stretch(len(diff)) * (sums[:, 0] / sums[:, 1] - estimate)
+
+
+def unit_t_test(differences: np.ndarray) -> float:
+    """Two-sided one-sample t-test p of mean 0 (scipy.stats.ttest_1samp's), 1.0 without spread."""
+    k = len(differences)
+    spread = float(np.std(differences, ddof=1)) if k > 1 else 0.0
+    if spread == 0.0:
+        return 1.0 if not np.any(differences) or k < 2 else 0.0
+    t = float(np.mean(differences)) / (spread / np.sqrt(k))
+    return float(2 * t_dist.sf(abs(t), k - 1))
+
+
+def percent(log_ratio: float | np.ndarray) -> float | np.ndarray:
+    """A change in mean NLL per token as a perplexity change, percent."""
+    return 100 * np.expm1(log_ratio)
+
+
+def ppl_verdict(low_pct: float, high_pct: float, p: float, margin_pct: float) -> str:
+    """`significant loss` when the t-test and the CI both say perplexity rose; `no loss detected
+    within margin` when the CI stays below +margin; else inconclusive, with the CI."""
+    if p < ALPHA and low_pct > 0:
+        return SIGNIFICANT_LOSS
+    if high_pct < margin_pct:
+        return NO_LOSS
+    return f"inconclusive — CI {low_pct:+.1f}% to {high_pct:+.1f}%"
+
+
+def _rng(seed: int, *names: str) -> np.random.Generator:
+    return np.random.default_rng([seed, *(zlib.crc32(name.encode()) for name in names)])
+
+
+def compare_perplexity(
+    base: Perplexity,
+    cand: Perplexity,
+    text_set: str,
+    margin_pct: float = PPL_MARGIN_PCT,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = SEED,
+) -> PerplexityComparison | None:
+    """`cand` against `base` on the windows of `text_set`; None when they cannot be paired."""
+    paired = pair_windows(base, cand, text_set)
+    if paired is None:
+        return None
+    ratio = log_ratio_replicates(paired, resamples, _rng(seed, "ppl", text_set))
+    half = norm.ppf(1 - ALPHA / 2) * float(np.std(ratio.replicates))  # symmetric on the log scale
+    low, high = float(percent(ratio.estimate - half)), float(percent(ratio.estimate + half))
+    p = unit_t_test(ratio.unit_differences)
+    tokens = float(paired.tokens.sum())
+    return PerplexityComparison(
+        text_set=text_set, base=base.checkpoint, candidate=cand.checkpoint, windows=len(paired.tokens),
+        tokens=int(tokens), ppl_base=float(np.exp(paired.base_nll.sum() / tokens)),
+        ppl_cand=float(np.exp(paired.cand_nll.sum() / tokens)),
+        delta_pct=float(percent(ratio.estimate)), ci_low_pct=low, ci_high_pct=high, p=p,
+        margin_pct=margin_pct, verdict=ppl_verdict(low, high, p, margin_pct), ci_method=ratio.method,
+        clusters=ratio.clusters, bootstrap_resamples=resamples, seed=seed,
+    )  # fmt: skip
+
+
+def parallel_gap(
+    base: Perplexity,
+    cand: Perplexity,
+    korean: str,
+    english: str,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = SEED,
+) -> PerplexityGap | None:
+    """Korean minus English perplexity change on the same documents, documents resampled in both
+    languages at once; None when the sets cannot be paired or hold different documents."""
+    ko, en = pair_windows(base, cand, korean), pair_windows(base, cand, english)
+    if ko is None or en is None:
+        return None
+    names = sorted(set(ko.documents))
+    if names != sorted(set(en.documents)):
+        return None
+    columns = []
+    for paired in (ko, en):  # per document: Σdiff, Σtokens, in `names` order
+        index = np.searchsorted(names, paired.documents)
+        diff = paired.cand_nll - paired.base_nll
+        columns += [np.bincount(index, weights=diff), np.bincount(index, weights=paired.tokens)]
+    totals = np.column_stack(columns)
+    sums = cluster_sums(totals, resamples, _rng(seed, "gap", korean, english))
+    ko_est, en_est = totals[:, 0].sum() / totals[:, 1].sum(), totals[:, 2].sum() / totals[:, 3].sum()
+    gap = float(percent(ko_est) - percent(en_est))
+    star = percent(sums[:, 0] / sums[:, 1]) - percent(sums[:, 2] / sums[:, 3])
+    half = norm.ppf(1 - ALPHA / 2) * small_sample_stretch(len(names)) * float(np.std(star))
+    return PerplexityGap(
+        base=base.checkpoint, candidate=cand.checkpoint, korean=korean, english=english, documents=names,
+        delta_ko_pct=float(percent(ko_est)), delta_en_pct=float(percent(en_est)), gap_pct=gap,
+        ci_low=gap - half, ci_high=gap + half, bootstrap_resamples=resamples, seed=seed,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PerplexityFindings:
+    """A checkpoint's perplexity statistics: its leaderboard cells and the records behind them."""
+
+    cells: dict[str, float | str | None]
+    comparisons: list[PerplexityComparison]
+    """Against the base, then against the calibration control, per text set."""
+    gap: PerplexityGap | None
+
+
+def perplexity_findings(
+    ckpt: Perplexity | None,
+    base: Perplexity | None,
+    control: Perplexity | None,
+    margin_pct: float = PPL_MARGIN_PCT,
+) -> PerplexityFindings:
+    """The CI, verdict, calibration-effect and KO−EN gap columns of a row (empty on the base row or
+    without paired windows)."""
+    vs_base: dict[str, PerplexityComparison] = {}
+    vs_control: dict[str, PerplexityComparison] = {}
+    gap = None
+    if ckpt is not None and base is not None and base.checkpoint != ckpt.checkpoint:
+        found = {s: compare_perplexity(base, ckpt, s, margin_pct) for s in ckpt.windows}
+        vs_base = {s: c for s, c in found.items() if c is not None}
+        gap = parallel_gap(base, ckpt, *PARALLEL_TEXT_SETS)
+    if ckpt is not None and control is not None:
+        found = {s: compare_perplexity(control, ckpt, s, margin_pct) for s in ckpt.windows}
+        vs_control = {s: c for s, c in found.items() if c is not None}
+    cells: dict[str, float | str | None] = {}
+    for text_set in ("ko", "en"):
+        c = vs_base.get(text_set)
+        cells[f"ppl_{text_set}_delta_pct_ci_low"] = None if c is None else round(c.ci_low_pct, 3)
+        cells[f"ppl_{text_set}_delta_pct_ci_high"] = None if c is None else round(c.ci_high_pct, 3)
+        cells[f"ppl_{text_set}_verdict"] = None if c is None else c.verdict
+    effect = vs_control.get("ko")
+    for name, value in (("_pct", "delta_pct"), ("_ci_low", "ci_low_pct"), ("_ci_high", "ci_high_pct")):
+        cells[f"ppl_ko_calib_effect{name}"] = None if effect is None else round(getattr(effect, value), 3)
+    for name, value in (("_pct", "gap_pct"), ("_ci_low", "ci_low"), ("_ci_high", "ci_high")):
+        cells[f"ppl_faq_gap{name}"] = None if gap is None else round(getattr(gap, value), 3)
+    return PerplexityFindings(cells, [*vs_base.values(), *vs_control.values()], gap)

@@ -1,0 +1,200 @@
+"""Paired perplexity statistics against direct implementations on hand data, scipy's t-test and a
+coverage simulation; the run-wide multiplicity adjustments against statsmodels."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import ttest_1samp
+from statsmodels.stats.multitest import multipletests
+
+from evals.statistics.multiplicity import benjamini_hochberg
+from evals.statistics.perplexity_stats import (
+    DOCUMENTS,
+    FEW_DOCUMENTS,
+    compare_perplexity,
+    pair_windows,
+    parallel_gap,
+    perplexity_findings,
+    unit_t_test,
+)
+from evals.statistics.stats import NO_LOSS, SIGNIFICANT_LOSS, adjust_run, compare_tasks, small_sample_stretch
+from kqe.core.results import ItemResult, Perplexity, WindowNll
+
+
+def record(
+    name: str, windows: dict[str, list[tuple[str, int, float]]], window_tokens: int = 512
+) -> Perplexity:
+    found = {s: [WindowNll(document=d, tokens=t, nll=n) for d, t, n in ws] for s, ws in windows.items()}
+    tokens = {s: sum(w.tokens for w in ws) for s, ws in found.items()}
+    nll = {s: sum(w.nll for w in ws) for s, ws in found.items()}
+    return Perplexity(
+        checkpoint=name, window_tokens=window_tokens, tokens=tokens, nll=nll,
+        perplexity={s: math.exp(nll[s] / tokens[s]) for s in found}, text_sha256=dict.fromkeys(found, "t"),
+        windows=found, wall_s=1.0,
+    )  # fmt: skip
+
+
+def direct_bootstrap(
+    diff: list[float], tokens: list[float], resamples: int, seed: int
+) -> tuple[float, float, float]:
+    """Textbook paired cluster bootstrap, loop by loop: units drawn with replacement, each replicate's
+    Σdiff/Σtokens, deviations stretched by √(K/(K−1))·t/z, a symmetric 95% interval on the log scale,
+    then exp: (Δ%, low %, high %)."""
+    rng = np.random.default_rng(seed)
+    k = len(diff)
+    estimate = sum(diff) / sum(tokens)
+    replicates = []
+    for _ in range(resamples):
+        picks = [int(rng.integers(k)) for _ in range(k)]
+        replicates.append(sum(diff[i] for i in picks) / sum(tokens[i] for i in picks))
+    sd = small_sample_stretch(k) * float(np.std(replicates))
+    half = 1.959963984540054 * sd
+    return tuple(100 * math.expm1(x) for x in (estimate, estimate - half, estimate + half))  # type: ignore[return-value]
+
+
+def test_delta_and_its_ci_match_a_direct_document_bootstrap_on_hand_data() -> None:
+    # four documents of two windows: the candidate adds 0.02–0.06 nats per token, unevenly
+    docs = {"a": (0.02, 0.03), "b": (0.05, 0.04), "c": (0.06, 0.05), "d": (0.01, 0.03)}
+    base_w, cand_w = [], []
+    for doc, adds in docs.items():
+        for add, tokens in zip(adds, (100, 60), strict=True):
+            base_w.append((doc, tokens, 3.0 * tokens))
+            cand_w.append((doc, tokens, (3.0 + add) * tokens))
+    base, cand = record("bf16", {"ko": base_w}), record("fp8", {"ko": cand_w})
+    c = compare_perplexity(base, cand, "ko", resamples=20_000)
+    assert c is not None and c.ci_method == DOCUMENTS and c.clusters == 4 and c.windows == 8
+    diff = [sum(a * t for a, t in zip(adds, (100, 60), strict=True)) for adds in docs.values()]
+    delta, low, high = direct_bootstrap(diff, [160.0] * 4, 20_000, seed=7)
+    assert c.delta_pct == pytest.approx(delta, rel=1e-12)
+    assert c.delta_pct == pytest.approx(100 * (c.ppl_cand / c.ppl_base - 1), rel=1e-9)
+    width = high - low
+    assert c.ci_low_pct == pytest.approx(low, abs=0.03 * width)  # two Monte Carlo runs of 20k
+    assert c.ci_high_pct == pytest.approx(high, abs=0.03 * width)
+    assert c.p == pytest.approx(ttest_1samp(diff, 0.0).pvalue, rel=1e-9)
+    assert c.verdict == SIGNIFICANT_LOSS, "every document rose: a real loss above 0"
+
+
+def test_the_t_test_matches_scipy_and_handles_no_spread() -> None:
+    rng = np.random.default_rng(5)
+    for k in (2, 3, 8, 40):
+        d = rng.normal(0.3, 1.0, k)
+        assert unit_t_test(d) == pytest.approx(ttest_1samp(d, 0.0).pvalue, rel=1e-10)
+    assert unit_t_test(np.zeros(5)) == 1.0 and unit_t_test(np.full(5, 0.2)) == 0.0
+
+
+def test_few_documents_resample_windows_and_unpairable_records_give_none() -> None:
+    base = record("bf16", {"en": [("X", 100, 300.0), ("X", 100, 310.0), ("XI", 100, 290.0)]})
+    same = record("awq", {"en": [("X", 100, 300.2), ("X", 100, 309.9), ("XI", 100, 290.1)]})
+    c = compare_perplexity(base, same, "en")
+    assert c is not None and c.ci_method == FEW_DOCUMENTS and c.clusters == 2
+    assert c.ci_low_pct < 0 < c.ci_high_pct < 1.0 and c.verdict == NO_LOSS
+    other = record("awq", {"en": [("X", 100, 300.0), ("X", 90, 300.0), ("XI", 100, 290.0)]})
+    assert pair_windows(base, other, "en") is None, "different windows are not paired"
+    assert (
+        compare_perplexity(
+            base,
+            record("awq", {"en": [(w.document, w.tokens, w.nll) for w in same.windows["en"]]}, 256),
+            "en",
+        )
+        is None
+    )
+    assert compare_perplexity(base, same, "ko") is None
+
+
+def test_the_document_ci_covers_the_truth_in_simulation() -> None:
+    """Documents with their own effect (between-document spread) around a true log-ratio: the 95% CI
+    must cover it about 95% of the time, with 4 and with 12 documents."""
+    rng = np.random.default_rng(11)
+    truth = 0.03
+    for documents in (4, 12):
+        covered, runs = 0, 300
+        for _ in range(runs):
+            effects = truth + rng.normal(0, 0.02, documents)
+            base_w, cand_w = [], []
+            for d, effect in enumerate(effects):
+                for _ in range(3):
+                    noise = rng.normal(0, 0.01)
+                    base_w.append((f"d{d}", 200, 3.0 * 200))
+                    cand_w.append((f"d{d}", 200, (3.0 + effect + noise) * 200))
+            c = compare_perplexity(
+                record("b", {"ko": base_w}), record("c", {"ko": cand_w}), "ko", resamples=2000
+            )
+            assert c is not None
+            covered += c.ci_low_pct <= 100 * math.expm1(truth) <= c.ci_high_pct
+        assert covered / runs >= 0.92, (documents, covered / runs)
+
+
+def test_the_parallel_gap_pairs_sections_across_languages() -> None:
+    sections = ["preamble", "13.1", "13.2", "14.1", "14.2"]
+    ko_add = [0.10, 0.12, 0.08, 0.11, 0.09]  # Korean loses ~10% nats, English ~2%
+    en_add = [0.02, 0.03, 0.01, 0.02, 0.02]
+    windows_b = {
+        "faq_ko": [(s, 100, 400.0) for s in sections], "faq_en": [(s, 80, 240.0) for s in sections],
+    }  # fmt: skip
+    windows_c = {
+        "faq_ko": [(s, 100, 400.0 + 100 * a) for s, a in zip(sections, ko_add, strict=True)],
+        "faq_en": [(s, 80, 240.0 + 80 * a) for s, a in zip(sections, en_add, strict=True)],
+    }
+    gap = parallel_gap(record("bf16", windows_b), record("awq", windows_c), "faq_ko", "faq_en")
+    assert gap is not None and gap.documents == sorted(sections)
+    assert gap.delta_ko_pct == pytest.approx(100 * math.expm1(np.mean(ko_add)), rel=1e-9)
+    assert gap.delta_en_pct == pytest.approx(100 * math.expm1(np.mean(en_add)), rel=1e-9)
+    assert gap.gap_pct == pytest.approx(gap.delta_ko_pct - gap.delta_en_pct)
+    assert 0 < gap.ci_low < gap.gap_pct < gap.ci_high
+    shuffled = {**windows_c, "faq_en": [("other", 80, 240.0)] * 5}
+    assert parallel_gap(record("bf16", windows_b), record("awq", shuffled), "faq_ko", "faq_en") is None
+
+
+def test_findings_fill_the_leaderboard_cells_and_leave_the_base_row_empty() -> None:
+    docs = [(f"b{i}", 100, 300.0) for i in range(4)]
+    base = record("bf16", {"ko": docs, "en": docs})
+    cand = record("awq", {"ko": [(d, t, n + 20) for d, t, n in docs], "en": docs})
+    control = record("awq-en", {"ko": [(d, t, n + 25 + i) for i, (d, t, n) in enumerate(docs)], "en": docs})
+    found = perplexity_findings(cand, base, control)
+    assert found.cells["ppl_ko_verdict"] == SIGNIFICANT_LOSS and found.cells["ppl_en_verdict"] == NO_LOSS
+    assert found.cells["ppl_ko_calib_effect_pct"] < 0 < found.cells["ppl_ko_delta_pct_ci_low"]
+    assert found.cells["ppl_faq_gap_pct"] is None and found.gap is None
+    assert [(c.base, c.text_set) for c in found.comparisons] == [
+        ("bf16", "ko"), ("bf16", "en"), ("awq-en", "ko"), ("awq-en", "en"),
+    ]  # fmt: skip
+    on_base = perplexity_findings(base, base, None)
+    assert on_base.comparisons == [] and set(on_base.cells.values()) == {None}
+
+
+def test_benjamini_hochberg_matches_statsmodels() -> None:
+    rng = np.random.default_rng(2)
+    for size in (1, 2, 7, 24):
+        p = rng.random(size) ** 3
+        p[::4] = p[0]  # ties
+        np.testing.assert_allclose(benjamini_hochberg(p), multipletests(p, method="fdr_bh")[1], rtol=1e-12)
+
+
+def _items(task: str, n: int, wrong: set[int]) -> list[ItemResult]:
+    return [
+        ItemResult(task=task, subject="s", item_id=f"{task}-{i}", gold=0, pred=int(i in wrong),
+                   correct=i not in wrong, choice_logprobs=[], prompt_sha="x")
+        for i in range(n)
+    ]  # fmt: skip
+
+
+def test_run_wide_holm_and_bh_adjust_across_checkpoints_and_tasks() -> None:
+    base = {t: _items(t, 200, set(range(100, 140))) for t in ("kmmlu", "mmlu")}
+    cands = {
+        "awq": {"kmmlu": _items("kmmlu", 200, set(range(0, 14)) | set(range(100, 140))),
+                "mmlu": _items("mmlu", 200, set(range(100, 140)))},
+        "rtn": {"kmmlu": _items("kmmlu", 200, set(range(0, 9)) | set(range(101, 140))),
+                "mmlu": _items("mmlu", 200, set(range(0, 2)) | set(range(100, 140)))},
+    }  # fmt: skip
+    per = {name: compare_tasks("bf16", name, base, items) for name, items in cands.items()}
+    raw = [per[n][t].mcnemar_p for n in per for t in per[n]]
+    for method, reference in (("holm", "holm"), ("bh", "fdr_bh")):
+        adjusted = adjust_run(per, method)
+        got = [adjusted[n][t].p_holm for n in per for t in per[n]]
+        np.testing.assert_allclose(got, multipletests(raw, method=reference)[1], rtol=1e-12)
+    assert adjust_run(per, "holm-per-checkpoint") == per
+    # rtn's 9 c→w / 1 w→c (p 0.021): significant within its own two tasks, not across the run's four
+    assert per["rtn"]["kmmlu"].verdict == SIGNIFICANT_LOSS
+    assert adjust_run(per, "holm")["rtn"]["kmmlu"].verdict != SIGNIFICANT_LOSS
