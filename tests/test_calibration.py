@@ -290,3 +290,13 @@ def test_unpinned_hub_source_is_refused(workspace: Workspace, tiny_model_dir: Pa
         build_calibration_set(
             workspace, LocalModel("tiny", tiny_model_dir), {"ko": 1.0}, 4, SEQ_LEN, 0, "ko100", [spec]
         )
+
+
+def test_a_source_holding_held_out_text_is_refused(workspace: Workspace, tiny_model_dir: Path) -> None:
+    """A user's source that reads a held-out bill (the perplexity text) never becomes calibration."""
+    write_offline_sources(workspace.sources())
+    spec = SourceSpec(name="all-bills", lang="ko", glob="ko/bills/*.txt", origin="test")
+    with pytest.raises(UserError, match="calibration source 'all-bills' holds held-out text"):
+        build_calibration_set(
+            workspace, LocalModel("tiny", tiny_model_dir), {"ko": 1.0}, 4, SEQ_LEN, 0, "ko100", [spec]
+        )

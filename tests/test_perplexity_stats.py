@@ -10,6 +10,7 @@ import pytest
 from scipy.stats import ttest_1samp
 from statsmodels.stats.multitest import multipletests
 
+from evals.reporting.perplexity_report import perplexity_section
 from evals.statistics.multiplicity import benjamini_hochberg
 from evals.statistics.perplexity_stats import (
     DOCUMENTS,
@@ -21,7 +22,7 @@ from evals.statistics.perplexity_stats import (
     unit_t_test,
 )
 from evals.statistics.stats import NO_LOSS, SIGNIFICANT_LOSS, adjust_run, compare_tasks, small_sample_stretch
-from kqe.core.results import ItemResult, Perplexity, WindowNll
+from kqe.core.results import ItemResult, Perplexity, RunSummary, WindowNll
 
 
 def record(
@@ -198,3 +199,20 @@ def test_run_wide_holm_and_bh_adjust_across_checkpoints_and_tasks() -> None:
     # rtn's 9 c→w / 1 w→c (p 0.021): significant within its own two tasks, not across the run's four
     assert per["rtn"]["kmmlu"].verdict == SIGNIFICANT_LOSS
     assert adjust_run(per, "holm")["rtn"]["kmmlu"].verdict != SIGNIFICANT_LOSS
+
+
+def test_the_report_says_in_words_whether_each_change_is_told_from_zero() -> None:
+    docs = [(f"b{i}", 100, 300.0) for i in range(4)]
+    base = record("bf16", {"ko": docs})
+    fp8 = record("fp8", {"ko": [(d, t, n + 10 + i) for i, (d, t, n) in enumerate(docs)]})
+    ko70 = record("awq-ko70", {"ko": [(d, t, n + 40 + (-1) ** i) for i, (d, t, n) in enumerate(docs)]})
+    en100 = record("awq-en100", {"ko": [(d, t, n + 40) for d, t, n in docs]})
+    found = [perplexity_findings(fp8, base, None), perplexity_findings(ko70, base, en100)]
+    run = RunSummary.model_construct(
+        perplexity_comparisons=[c for f in found for c in f.comparisons], perplexity_gaps=[]
+    )
+    text = "\n".join(perplexity_section(run, "bf16"))
+    assert "- fp8: Korean perplexity +" in text and "against bf16, a real change: the CI excludes 0" in text
+    assert "- awq-ko70: Korean calibration moved Korean perplexity by +0.0% [" in text
+    assert "against awq-en100, not distinguishable from 0: the CI holds it" in text
+    assert "No paired perplexity" in perplexity_section(None, "bf16")[0]

@@ -34,6 +34,13 @@ def _table(found: list[PerplexityComparison], reference: str) -> list[str]:
     return lines
 
 
+def _in_words(c: PerplexityComparison, what: str) -> str:
+    """One sentence: the change, its CI, and whether the CI tells it from no change."""
+    real = c.ci_low_pct > 0 or c.ci_high_pct < 0
+    judged = "a real change: the CI excludes 0" if real else "not distinguishable from 0: the CI holds it"
+    return f"- {c.candidate}: {what} {_ci(c)} against {c.base}, {judged} (p = {c.p:.2g})."
+
+
 def perplexity_section(run: RunSummary | None, base: str) -> list[str]:
     """Markdown lines; a pointer to re-run when run.json holds no paired perplexity."""
     found = run.perplexity_comparisons if run else []
@@ -49,6 +56,13 @@ def perplexity_section(run: RunSummary | None, base: str) -> list[str]:
         "Δ against the base on the same windows. The CI resamples whole documents (bills, chapters, "
         f"FAQ sections) with both checkpoints paired; p is a t-test on the per-document NLL change; "
         f"verdicts judge against a +{margin:g}% margin.",
+        "",
+        *[_in_words(c, "Korean perplexity") for c in vs_base if c.text_set == "ko"],
+        *[
+            _in_words(c, "Korean calibration moved Korean perplexity by")
+            for c in vs_control
+            if c.text_set == "ko"
+        ],
         "",
         *_table(vs_base, "against"),
     ]
