@@ -172,6 +172,8 @@ def test_terminal_summary_has_one_aligned_line_per_checkpoint() -> None:
     column = lines[0].index("KMMLU Δ")
     assert lines[2][column:].startswith("-2.0 [-6.0, +2.0]")  # Δ and CI in points, under their head
     assert "inconclusive — n too small" in lines[2] and "failed: engine would not start" in lines[4]
+    ppl = {"ppl_ko_delta_pct": 3.6, "ppl_ko_delta_pct_ci_low": 2.1, "ppl_ko_delta_pct_ci_high": 5.0}
+    assert "+3.6% [+2.1, +5.0]" in summary_table([rows()[0], rows()[1].model_copy(update=ppl)])[2]
 
 
 def test_the_first_lines_say_which_items_and_the_smallest_loss_they_resolve(tmp_path: Path) -> None:

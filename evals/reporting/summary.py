@@ -20,7 +20,12 @@ def summary_table(rows: Sequence[LeaderboardRow]) -> list[str]:
     tasks = scored_tasks(rows)
     first = next(iter(tasks), None)  # the verdict shown is the first task's (Korean first, by registry order)
     head = ["checkpoint", *(f"{label} Δ [95% CI]" for label in tasks.values())]
-    head += [f"{tasks[first]} verdict" if first else "verdict", "KO ppl Δ", "weights GiB", "max conc."]
+    head += [
+        f"{tasks[first]} verdict" if first else "verdict",
+        "KO ppl Δ [95% CI]",
+        "weights GiB",
+        "max conc.",
+    ]
     table = [head] + [_cells(row, list(tasks), first) for row in rows]
     widths = [max(len(line[column]) for line in table) for column in range(len(head))]
     aligned = (
@@ -36,6 +41,8 @@ def _cells(row: LeaderboardRow, prefixes: list[str], first: str | None) -> list[
     deltas = ["(base)" if row.scheme == BASE_SCHEME else delta_ci(row, prefix) for prefix in prefixes]
     verdict = "" if row.scheme == BASE_SCHEME or first is None else getattr(row, f"{first}_verdict") or "—"
     ppl = "—" if row.ppl_ko_delta_pct is None else f"{row.ppl_ko_delta_pct:+.1f}%"
+    if row.ppl_ko_delta_pct_ci_low is not None and row.ppl_ko_delta_pct_ci_high is not None:
+        ppl += f" [{row.ppl_ko_delta_pct_ci_low:+.1f}, {row.ppl_ko_delta_pct_ci_high:+.1f}]"
     return [
         printable(row.checkpoint), *deltas, verdict.split(" (")[0], ppl, cell(row.weights_gib, ".2f"),
         cell(row.max_concurrency, ".1f"),
