@@ -39,6 +39,19 @@ def test_w4a16_without_its_kernel_is_served_dequantized_with_the_reason() -> Non
         assert hardware.servability(facts(quant), AVX2, "bfloat16") == hardware.Verdict(True, "native")
 
 
+def test_fp8_is_refused_where_the_probe_found_its_products_on_onednns_reference_code() -> None:
+    """This Xeon (Sapphire Rapids, AMX-BF16, no AMX-FP8) measured 1,047× (the server then died on its
+    first batch, 6 min into it); where FP8 runs on kernels the probe reads single figures."""
+    reference = hardware.Device("cpu", cpu_kernels=cpu.CpuKernels("_C", True, fp8_slowdown=1047.3))
+    verdict = hardware.servability(facts(FP8_DYNAMIC), reference, "bfloat16")
+    assert not verdict.servable and "\n" not in verdict.note
+    assert verdict.note.startswith("not servable here: FP8 products on this CPU run oneDNN's reference code")
+    assert "1,047× a bfloat16 product" in verdict.note and "on a GPU" in verdict.note
+    kernel = hardware.Device("cpu", cpu_kernels=cpu.CpuKernels("_C", True, fp8_slowdown=6.0))
+    assert hardware.servability(facts(FP8_DYNAMIC), kernel, "bfloat16") == hardware.Verdict(True, "native")
+    assert hardware.servability(facts(None), reference, "bfloat16").servable, "only FP8 is refused"
+
+
 def test_a_w4a16_format_kqe_cannot_rebuild_is_refused_in_one_line() -> None:
     gptq = hardware.servability(
         facts({"quant_method": "gptq", "bits": 4, "group_size": 128}), AVX2, "bfloat16"
@@ -193,6 +206,7 @@ def test_kqe_env_reports_this_cpu_and_the_emulated_avx2_one_as_the_engine_sees_t
     assert not {"avx512f", "avx512_bf16", "amx_bf16"} & set(avx2["features"]) and avx2["emulated"] == "avx2"
     assert avx2["linear_ms"]["bfloat16"] > 2 * avx2["linear_ms"]["float32"]  # torch's bf16 fallback
     assert avx2["expected_items_per_s"] > 0
+    assert own["fp8_slowdown"] is None or own["fp8_slowdown"] > 0  # measured where torch has _scaled_mm
 
 
 def test_the_expected_rate_scales_the_reference_of_the_profiles_dtype_by_the_probe() -> None:

@@ -46,6 +46,12 @@ EMULATION_HIDES = {
 _ENGINE_SITE = Path(__file__).resolve().with_name("cpu_isa")
 _PROBE = Path(__file__).with_name("cpu_probe_child.py")
 _PROBE_CACHE = ".kqe-cpu-probe.json"
+FP8_TOO_SLOW = 200.0
+"""FP8 slowdown (× bfloat16) above which FP8 checkpoints are not served: measured 3–8× where FP8 runs
+on oneDNN's kernels, ≈ 10⁴× where it runs oneDNN's reference code (one forward of gemma-3-270m then
+outlasts the engine's step timeout and the server dies)."""
+PROBE_VERSION = 2
+"""Part of the probe cache's key: 2 added `fp8_slowdown`."""
 NATIVE_DTYPE = "native"
 """A CPU profile's dtype that says: bfloat16 where the CPU computes it natively (`_C`), else float32."""
 
@@ -68,6 +74,14 @@ class CpuKernels:
     """Threads the engine computes on here (`compute_threads`)."""
     torch: str | None = None
     """The serving environment's torch version."""
+    fp8_slowdown: float | None = None
+    """An FP8 product (`torch._scaled_mm`, 32×256·256×256) in multiples of the bfloat16 one; None when
+    not measured. Thousands where oneDNN serves FP8 with its reference code."""
+
+    @property
+    def fp8_unusable(self) -> bool:
+        """Whether FP8 products are too slow here to serve a model (FP8_TOO_SLOW)."""
+        return self.fp8_slowdown is not None and self.fp8_slowdown > FP8_TOO_SLOW
 
     @property
     def label(self) -> str:
@@ -166,7 +180,7 @@ def cpu_kernels(serve_venv: Path) -> CpuKernels | None:
     stamp = stamp_file.read_text(encoding="utf-8") if stamp_file.exists() else ""
     threads = compute_threads(len(os.sched_getaffinity(0)))
     flags = _flags_line(_read("/proc/cpuinfo"))
-    key = hashlib.sha256(f"{flags}\0{isa}\0{threads}\0{stamp}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{flags}\0{isa}\0{threads}\0{stamp}\0{PROBE_VERSION}".encode()).hexdigest()[:16]
     cache_path = serve_venv / _PROBE_CACHE
     try:
         cache = json.loads(cache_path.read_text(encoding="utf-8"))
@@ -188,5 +202,5 @@ def cpu_kernels(serve_venv: Path) -> CpuKernels | None:
     timed = answer.get("linear_ms", {})
     return CpuKernels(
         answer["library"], bool(answer["w4a16"]), isa, timed.get("bfloat16"), timed.get("float32"), threads,
-        answer.get("torch"),
+        answer.get("torch"), answer.get("fp8_slowdown"),
     )  # fmt: skip

