@@ -39,17 +39,32 @@ def test_w4a16_without_its_kernel_is_served_dequantized_with_the_reason() -> Non
         assert hardware.servability(facts(quant), AVX2, "bfloat16") == hardware.Verdict(True, "native")
 
 
-def test_fp8_is_refused_where_the_probe_found_its_products_on_onednns_reference_code() -> None:
-    """This Xeon (Sapphire Rapids, AMX-BF16, no AMX-FP8) measured 1,047× (the server then died on its
-    first batch, 6 min into it); where FP8 runs on kernels the probe reads single figures."""
-    reference = hardware.Device("cpu", cpu_kernels=cpu.CpuKernels("_C", True, fp8_slowdown=1047.3))
-    verdict = hardware.servability(facts(FP8_DYNAMIC), reference, "bfloat16")
-    assert not verdict.servable and "\n" not in verdict.note
-    assert verdict.note.startswith("not servable here: FP8 products on this CPU run oneDNN's reference code")
-    assert "1,047× a bfloat16 product" in verdict.note and "on a GPU" in verdict.note
-    kernel = hardware.Device("cpu", cpu_kernels=cpu.CpuKernels("_C", True, fp8_slowdown=6.0))
-    assert hardware.servability(facts(FP8_DYNAMIC), kernel, "bfloat16") == hardware.Verdict(True, "native")
-    assert hardware.servability(facts(None), reference, "bfloat16").servable, "only FP8 is refused"
+def test_fp8_leaves_onednn_where_the_probe_found_its_reference_code_and_is_refused_without_a_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """This Xeon (Sapphire Rapids, AMX-BF16, no AMX-FP8) measured oneDNN's FP8 at 1,047× bfloat16 (the
+    server died on its first batch, 6 min into it) and torch's own FP8 code at 10.6×."""
+    slow_onednn = cpu.CpuKernels("_C", True, fp8_slowdown=1047.3, fp8_torch_slowdown=10.6)
+    verdict = hardware.servability(
+        facts(FP8_DYNAMIC), hardware.Device("cpu", cpu_kernels=slow_onednn), "bfloat16"
+    )
+    assert verdict.servable and not verdict.dequantize
+    assert (
+        verdict.note.startswith("native, FP8 products through torch's own code") and "1,047×" in verdict.note
+    )
+    assert cpu.cpu_engine_env(None, slow_onednn)[cpu.FP8_WITHOUT_ONEDNN] == "1"
+    neither = cpu.CpuKernels("_C", True, fp8_slowdown=1047.3, fp8_torch_slowdown=None)
+    refused = hardware.servability(
+        facts(FP8_DYNAMIC), hardware.Device("cpu", cpu_kernels=neither), "bfloat16"
+    )
+    assert not refused.servable and "\n" not in refused.note
+    assert refused.note.startswith("not servable here: FP8 products on this CPU run oneDNN's reference code")
+    assert hardware.servability(facts(None), hardware.Device("cpu", cpu_kernels=neither), "bfloat16").servable
+    fast = cpu.CpuKernels("_C", True, fp8_slowdown=6.0, fp8_torch_slowdown=10.0)
+    assert hardware.servability(facts(FP8_DYNAMIC), hardware.Device("cpu", cpu_kernels=fast), "bfloat16") == (
+        hardware.Verdict(True, "native")
+    )
+    assert cpu.FP8_WITHOUT_ONEDNN not in cpu.cpu_engine_env(None, fast)
 
 
 def test_a_w4a16_format_kqe_cannot_rebuild_is_refused_in_one_line() -> None:

@@ -149,10 +149,10 @@ def test_aliases_name_the_cards_people_say() -> None:
 
 
 def test_a_profile_without_offload_keys_as_before() -> None:
-    """cpu-small as an AVX-512 BF16 CPU resolves it (compiled, as it was then) keys as the committed
-    default run's profile did."""
+    """cpu-small as an AVX-512 BF16 CPU resolves it (compiled, as it was then) keys as the default run
+    committed then (tests/data/leaderboards/gemma3-270m-schema3.csv) did."""
     bf16_cpu = Device("cpu", cpu_kernels=CpuKernels("_C", w4a16=True))
     profile = for_device(load_profile("cpu-small").model_copy(update={"enforce_eager": False}), bf16_cpu)
     assert profile.model_copy(update={"cpu_offload_gib": 2.0}).key != profile.key
-    committed = Path(__file__).parents[1] / "results" / "gemma3-270m" / "leaderboard.csv"
+    committed = Path(__file__).parent / "data" / "leaderboards" / "gemma3-270m-schema3.csv"
     assert f"cpu-small:{profile.key}" in committed.read_text(encoding="utf-8")

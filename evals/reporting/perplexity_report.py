@@ -54,7 +54,8 @@ def perplexity_section(run: RunSummary | None, base: str) -> list[str]:
     lines = [
         "Perplexity on held-out text (never in a calibration set), per token of the model's tokenizer; "
         "Δ against the base on the same windows. The CI resamples whole documents (bills, chapters, "
-        f"FAQ sections) with both checkpoints paired; p is a t-test on the per-document NLL change; "
+        f"FAQ sections) with both checkpoints paired; p is the same bootstrap's (below 0.05 exactly when "
+        "the CI excludes 0); "
         f"verdicts judge against a +{margin:g}% margin.",
         "",
         *[_in_words(c, "Korean perplexity") for c in vs_base if c.text_set == "ko"],

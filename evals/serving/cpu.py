@@ -50,8 +50,11 @@ FP8_TOO_SLOW = 200.0
 """FP8 slowdown (× bfloat16) above which FP8 checkpoints are not served: measured 3–8× where FP8 runs
 on oneDNN's kernels, ≈ 10⁴× where it runs oneDNN's reference code (one forward of gemma-3-270m then
 outlasts the engine's step timeout and the server dies)."""
-PROBE_VERSION = 2
-"""Part of the probe cache's key: 2 added `fp8_slowdown`."""
+PROBE_VERSION = 3
+"""Part of the probe cache's key: 3 times FP8 products through oneDNN and through torch's code."""
+FP8_WITHOUT_ONEDNN = "KQE_FP8_WITHOUT_ONEDNN"
+"""Set for the engine where oneDNN's FP8 products are its reference code: `cpu_isa/sitecustomize.py`
+then sends them to torch's own FP8 code."""
 NATIVE_DTYPE = "native"
 """A CPU profile's dtype that says: bfloat16 where the CPU computes it natively (`_C`), else float32."""
 
@@ -75,13 +78,21 @@ class CpuKernels:
     torch: str | None = None
     """The serving environment's torch version."""
     fp8_slowdown: float | None = None
-    """An FP8 product (`torch._scaled_mm`, 32×256·256×256) in multiples of the bfloat16 one; None when
-    not measured. Thousands where oneDNN serves FP8 with its reference code."""
+    """An FP8 product (`torch._scaled_mm`, 32×256·256×256) through oneDNN, as torch chooses, in
+    multiples of the bfloat16 one; None when not measured. Thousands where oneDNN serves FP8 with its
+    reference code."""
+    fp8_torch_slowdown: float | None = None
+    """The same product with oneDNN off (torch's own FP8 code), in multiples of the bfloat16 one."""
 
     @property
-    def fp8_unusable(self) -> bool:
-        """Whether FP8 products are too slow here to serve a model (FP8_TOO_SLOW)."""
-        return self.fp8_slowdown is not None and self.fp8_slowdown > FP8_TOO_SLOW
+    def fp8_path(self) -> Literal["onednn", "torch"] | None:
+        """How the engine computes FP8 products here: oneDNN as torch chooses (also when not measured),
+        torch's own code where oneDNN's is too slow (FP8_TOO_SLOW), or None where neither is usable."""
+        if self.fp8_slowdown is None or self.fp8_slowdown <= FP8_TOO_SLOW:
+            return "onednn"
+        if self.fp8_torch_slowdown is not None and self.fp8_torch_slowdown <= FP8_TOO_SLOW:
+            return "torch"
+        return None
 
     @property
     def label(self) -> str:
@@ -158,16 +169,19 @@ def emulated_isa() -> str | None:
     return isa
 
 
-def cpu_engine_env(inherited_pythonpath: str | None) -> dict[str, str]:
+def cpu_engine_env(inherited_pythonpath: str | None, kernels: CpuKernels | None = None) -> dict[str, str]:
     """Variables for every CPU engine process: `cpu_isa/` on its `PYTHONPATH` (AMX state asked for up
-    front, see its sitecustomize), its threads, and under `KQE_CPU_ISA` what makes it behave as on that
-    CPU kind."""
+    front, see its sitecustomize), its threads, under `KQE_CPU_ISA` what makes it behave as on that
+    CPU kind, and FP8 products off oneDNN where the probe (`kernels`) found oneDNN's too slow."""
     path = os.pathsep.join(p for p in (str(_ENGINE_SITE), inherited_pythonpath) if p)
     cores = len(os.sched_getaffinity(0))
     reserved = cores - compute_threads(cores)
     isa = emulated_isa()
-    return {"PYTHONPATH": path, "VLLM_CPU_NUM_OF_RESERVED_CPU": str(reserved)} | (
-        {"KQE_CPU_ISA": isa, **CPU_ISA_EMULATION[isa]} if isa else {}
+    fp8 = {FP8_WITHOUT_ONEDNN: "1"} if kernels is not None and kernels.fp8_path == "torch" else {}
+    return (
+        {"PYTHONPATH": path, "VLLM_CPU_NUM_OF_RESERVED_CPU": str(reserved)}
+        | fp8
+        | ({"KQE_CPU_ISA": isa, **CPU_ISA_EMULATION[isa]} if isa else {})
     )
 
 
@@ -199,8 +213,8 @@ def cpu_kernels(serve_venv: Path) -> CpuKernels | None:
         with contextlib.suppress(OSError, UserError):  # a read-only venv only costs a probe per process
             write_atomic(cache_path, json.dumps(cache, indent=1) + "\n")
     answer = cache[key]
-    timed = answer.get("linear_ms", {})
+    timed, fp8 = answer.get("linear_ms", {}), answer.get("fp8_slowdown") or {}
     return CpuKernels(
         answer["library"], bool(answer["w4a16"]), isa, timed.get("bfloat16"), timed.get("float32"), threads,
-        answer.get("torch"), answer.get("fp8_slowdown"),
+        answer.get("torch"), fp8.get("onednn"), fp8.get("torch"),
     )  # fmt: skip

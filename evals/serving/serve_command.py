@@ -92,7 +92,7 @@ def engine_env(profile: ServeProfile, ws: Workspace, on_gpu: bool, api_key: str)
         env["VLLM_TARGET_DEVICE"] = "cpu"
         # AMX state asked for up front, every core computing on 1–2 cores; under KQE_CPU_ISA the engine
         # behaves as on that CPU kind
-        env |= cpu.cpu_engine_env(os.environ.get("PYTHONPATH"))
+        env |= cpu.cpu_engine_env(os.environ.get("PYTHONPATH"), cpu.cpu_kernels(ws.serve_venv))
     return env
 
 

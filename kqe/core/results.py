@@ -187,8 +187,8 @@ class PerplexityComparison(Record):
     ci_high_pct: float
     """Upper end of that CI."""
     p: float
-    """Two-sided p of "no change in total NLL": a t-test on the per-unit NLL differences (units as
-    ci_method resamples them), t(units − 1)."""
+    """Two-sided p of "no change", from the same bootstrap (normal on its stretched spread): below 0.05
+    exactly when the CI excludes 0."""
     margin_pct: float
     """Perplexity increase taken as acceptable, percent."""
     verdict: str

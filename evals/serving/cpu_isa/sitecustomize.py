@@ -8,7 +8,8 @@
 - `KQE_CPU_ISA` (`avx2` or `avx512`): torch's CPU feature checks answer for that kind, so that vLLM
   picks the kernel library (`_C`, `_C_AVX512`, `_C_AVX2`) and skips the AMX paths as on such a CPU;
   torch's and oneDNN's own kernels are restricted by `ATEN_CPU_CAPABILITY` and `ONEDNN_MAX_CPU_ISA`,
-  which kqe sets beside it. FP8 products then skip oneDNN (see `_scaled_mm_as_without_amx`).
+  which kqe sets beside it. FP8 products then skip oneDNN (see `_scaled_mm_as_without_amx`), as they
+  do where kqe's probe found oneDNN's FP8 to be its reference code (`KQE_FP8_WITHOUT_ONEDNN`).
 """
 
 import os
@@ -27,13 +28,15 @@ else:
     torch._C._cpu._init_amx()
 
 
-if "amx_tile" in _ABSENT:
+if "amx_tile" in _ABSENT or os.environ.get("KQE_FP8_WITHOUT_ONEDNN"):
     _scaled_mm = torch._scaled_mm
 
     def _scaled_mm_as_without_amx(*args: object, **kwargs: object) -> torch.Tensor:
         """torch sends an FP8 product to oneDNN by this machine's CPUID, and oneDNN restricted to the
         emulated kind has no FP8 matmul ("could not create a primitive descriptor"), while a real CPU
-        of that kind serves FP8 checkpoints: the emulated kind takes torch's own path, oneDNN off."""
+        of that kind serves FP8 checkpoints: the emulated kind takes torch's own path, oneDNN off. So
+        does a CPU whose oneDNN computes FP8 with its reference code (`KQE_FP8_WITHOUT_ONEDNN`, set
+        by kqe from its probe: ≈ 10³× slower there, the engine's step timeout kills the server)."""
         with torch.backends.mkldnn.flags(enabled=False):
             return _scaled_mm(*args, **kwargs)  # type: ignore[arg-type]
 
