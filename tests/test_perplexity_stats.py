@@ -221,3 +221,18 @@ def test_the_report_says_in_words_whether_each_change_is_told_from_zero() -> Non
     assert "- awq-ko70: Korean calibration moved Korean perplexity by +0.0% [" in text
     assert "against awq-en100, not distinguishable from 0: the CI holds it" in text
     assert "No paired perplexity" in perplexity_section(None, "bf16")[0]
+
+
+def test_multiplicity_and_the_perplexity_margin_are_options_the_reproduce_command_keeps() -> None:
+    from click.testing import CliRunner
+
+    from kqe.cli import main
+    from kqe.pipeline.config import EvalConfig
+
+    command = EvalConfig(multiplicity="bh", ppl_margin_pct=2.0).command()
+    assert "--multiplicity bh --ppl-margin 2" in command
+    assert "--multiplicity" not in EvalConfig().command(), "defaults keep the command as it was"
+    wrong = CliRunner().invoke(main, ["eval", "--multiplicity", "bonferroni", "--dry-run"])
+    assert wrong.exit_code == 2 and "holm-per-checkpoint" in wrong.output
+    negative = CliRunner().invoke(main, ["eval", "--ppl-margin", "-1", "--dry-run"])
+    assert negative.exit_code == 2 and "--ppl-margin" in negative.output

@@ -104,7 +104,7 @@ def percent(log_ratio: float | np.ndarray) -> float | np.ndarray:
 
 
 def ppl_verdict(low_pct: float, high_pct: float, p: float, margin_pct: float) -> str:
-    """`significant loss` when the t-test and the CI both say perplexity rose; `no loss detected
+    """`significant loss` when the p-value and the CI both say perplexity rose; `no loss detected
     within margin` when the CI stays below +margin; else inconclusive, with the CI."""
     if p < ALPHA and low_pct > 0:
         return SIGNIFICANT_LOSS
