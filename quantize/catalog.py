@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from kqe.core.errors import UserError
 from kqe.core.io import sha256_of
@@ -56,6 +56,16 @@ class SourceSpec(BaseModel):
     sections: str | None = None
     """Held-out sources: regex of the line that starts each document (its first group names it);
     default one document per file. Documents are what the perplexity bootstrap resamples."""
+
+    @field_validator("start", "stop", "sections")
+    @classmethod
+    def _compiles(cls, pattern: str | None) -> str | None:
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a regex ({exc})") from None
+        return pattern
 
     @model_validator(mode="after")
     def _one_location(self) -> SourceSpec:

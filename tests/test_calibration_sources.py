@@ -155,3 +155,14 @@ def test_bad_catalog_entries_are_one_line_errors(entry: str, says: str, tmp_path
     message = str(caught.value)
     assert "\n" not in message and str(toml) in message
     assert says in message and "source x" in message
+
+
+def test_a_section_pattern_that_is_not_a_regex_is_one_line(tmp_path: Path) -> None:
+    toml = tmp_path / "sources.toml"
+    toml.write_text(
+        '[[source]]\nname = "held"\nlang = "en"\nglob = "en/x.txt"\norigin = "file"\nholdout = true\n'
+        'sections = "^(\\\\d+"\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(UserError, match=r"source held: sections: '\^\(\\\\d\+' is not a regex .*: fix it"):
+        load_catalog(toml)
