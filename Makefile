@@ -28,11 +28,16 @@ eval: setup
 	  --target-gpu '$(TARGET_GPU)' --score-profile '$(SCORE_PROFILE)' --extra '$(EXTRA)' --recipes '$(RECIPES)' --run '$(RUN)' \
 	  --executor '$(EXECUTOR)' --ray-address '$(RAY_HEAD)' $(EVAL_FLAGS)
 
+# Two pytest workers (pytest-xdist): most of the suite's time waits on vLLM servers starting and stopping,
+# so two test files run at a time (tests/conftest.py keeps those sharing a long fixture together);
+# TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
+PYTEST = .venv/bin/python -m pytest -q $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS))
 test: setup
-	.venv/bin/python -m pytest -q
+	$(PYTEST)
 
 test-fast: setup
-	.venv/bin/python -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 lint: setup
 	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy

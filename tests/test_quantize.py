@@ -30,7 +30,7 @@ from quantize import build, dequantize
 from quantize.build import CHECKPOINT_RECORD, build_checkpoint
 from quantize.schemes import AwqW4A16Recipe, recipe_for
 from tests.builds import BUILT, HAS_AUTOAWQ, load_in_engine
-from tests.conftest import needs_serve_env
+from tests.conftest import needs_serve_env, w4a16_serving_here
 from tests.test_calibration import write_offline_sources
 from tests.test_pipeline import write_sources
 
@@ -425,11 +425,7 @@ def test_extra_checkpoints_are_scored_refused_or_failed_in_the_matrix(
     awq, fp8, broken = rows["ext-hub-awq"], rows["ext-static-fp8"], rows["ext-broken"]
     scheme = "awq:w4a16" if HAS_AUTOAWQ else "compressed-tensors:w4a16"
     assert (awq.status, awq.scheme, awq.origin) == ("ok", scheme, str(extras["hub-awq"]))
-    kernels = hardware.local_device(workspace.serve_venv).cpu_kernels
-    if kernels is None or kernels.w4a16:
-        assert awq.serving == "native"
-    else:  # an AVX2-only CPU: scored through its dequantized weights
-        assert awq.serving.startswith("dequantized: no W4A16 kernel on this CPU")
+    assert awq.serving.startswith(w4a16_serving_here())  # CPUs without AVX-512 BF16: dequantized
     assert awq.mmlu_acc is not None and awq.mmlu_delta is not None and awq.mmlu_verdict is not None
     assert awq.linear_bits and 4 <= awq.linear_bits < 4.5 and awq.quantized_gib
     if hardware.local_device(workspace.serve_venv).engine == "cpu":

