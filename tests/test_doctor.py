@@ -14,7 +14,7 @@ from evals.planning.planner import plan
 from evals.planning.vllm_memory import PlanRequest, load_gpus
 from evals.serving.doctor import diagnose
 from evals.serving.serve import load_profile
-from evals.serving.vllm_log import read_log
+from evals.serving.vllm_log import log_lines
 from kqe.commands.doctor import doctor_command
 from kqe.core.errors import UserError
 from kqe.core.registry import load_registry
@@ -185,7 +185,7 @@ def test_missing_empty_or_binary_logs_are_one_line_errors(
     assert code == 2
     assert needle in output and len(output.strip().splitlines()) == 1
     with pytest.raises(UserError, match=needle):
-        read_log(path)
+        list(log_lines(path))
 
 
 def test_a_directory_is_not_a_log(tmp_path: Path) -> None:
