@@ -23,7 +23,7 @@ from evals.serving import doctor_judges as judge
 from evals.serving import vllm_messages as msg
 from evals.serving.doctor_judges import Finding, Pattern
 from evals.serving.kv_pressure import kv_pressure, metrics_finding
-from evals.serving.log_scan import Event, Start, scan
+from evals.serving.log_scan import EVIDENCE_CHARS, Event, Start, scan
 from kqe.core.records import Record, ServeProfile
 
 GpuProcesses = dict[str, tuple[str, float]]
@@ -85,13 +85,13 @@ _RULES: tuple[_Rule, ...] = (
     _Rule((msg.PROFILING_ERROR,), judge.memory_changed),
     _Rule((msg.CPU_KV_TOO_BIG,), judge.cpu_kv_pool),
     _Rule((msg.TORCH_OOM,), judge.torch_oom_of_other_process),
+    _Rule((msg.SAMPLER_WARMUP,), judge.sampler_warmup),  # before A: its message says "CUDA out of memory"
     _Rule((msg.LOAD_FAILED, msg.ANY_CUDA_OOM), judge.weights_do_not_fit),
     _Rule((msg.ONE_REQUEST,), judge.one_request_does_not_fit),
     _Rule((msg.OLD_MAX_SEQ,), judge.old_engine_max_seq),
     _Rule((msg.BLOCK_MANAGER_FULL,), judge.prompt_beyond_kv_cache),
     _Rule(_PROMPT_SHAPES, judge.prompt_too_long),
     _Rule((msg.NO_CACHE_BLOCKS,), judge.no_cache_blocks),
-    _Rule((msg.SAMPLER_WARMUP,), judge.sampler_warmup),
     _Rule((msg.ANY_CUDA_OOM,), judge.oom_after_loading),
     _StatsRule((msg.STATS, msg.V0_PREEMPTED), kv_pressure),
 )
@@ -127,9 +127,14 @@ def judge_start(start: Start, gpu_processes: GpuProcesses | None = None) -> Diag
     also = [f"then at line {line}: {finding.summary}" for line, _, _, finding in found[1:]]
     summary = cause.summary + (f" (the cause: first, at line {first_line})" if also else "")
     return Diagnosis(
-        pattern=cause.pattern, evidence=event.text, line=event.line, advice=cause.advice, summary=summary,
-        numbers=cause.numbers, also=also,
+        pattern=cause.pattern, evidence=evidence(event.text), line=event.line, advice=cause.advice,
+        summary=summary, numbers=cause.numbers, also=also,
     )  # fmt: skip
+
+
+def evidence(text: str) -> str:
+    """A message cut to EVIDENCE_CHARS."""
+    return text if len(text) <= EVIDENCE_CHARS else text[: EVIDENCE_CHARS - 1] + "…"
 
 
 def diagnose_metrics(text: str, source: str) -> Diagnosis:

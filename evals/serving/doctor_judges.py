@@ -6,6 +6,7 @@ parallel, prefix caching) and the figures read. Numbers in advice come from the 
 from __future__ import annotations
 
 import math
+import re
 from typing import Literal, NamedTuple
 
 from evals.serving import vllm_messages as msg
@@ -32,10 +33,15 @@ def number(text: str) -> float:
     return float(text.replace(",", ""))
 
 
+_SIZE = re.compile(r"(?P<value>[\d.,]+)\s*(?P<unit>[KMG]iB|bytes)")
+
+
 def gib(size: str) -> float:
-    """ "270.00 MiB" → GiB."""
-    value, unit = size.split()
-    return number(value) * {"KiB": 2**-20, "MiB": 2**-10, "GiB": 1.0, "bytes": 2**-30}[unit]
+    """ "270.00 MiB" (or "270.00MiB", a wrapped line joined) → GiB."""
+    m = _SIZE.fullmatch(size.strip())
+    if m is None:
+        raise ValueError(f"not a size: {size!r}")
+    return number(m["value"]) * {"KiB": 2**-20, "MiB": 2**-10, "GiB": 1.0, "bytes": 2**-30}[m["unit"]]
 
 
 def other_processes(start: Start, extra: dict[str, tuple[str, float]] | None = None) -> list[str]:
@@ -229,7 +235,8 @@ def prompt_too_long(start: Start, e: Event, smi: dict | None = None) -> Finding 
         f"OOM pattern C (one long context): a {size:,}-{_UNIT[unit]} prompt exceeds max_model_len {limit:,}"
     )
     advice = [first, "prefix caching and chunked prefill: keep them on for long Korean RAG prompts"]
-    return Finding("C", summary, advice, {"prompt_tokens": size, "max_model_len": limit})
+    length = "prompt_tokens" if unit == "input tokens" else "prompt_characters"
+    return Finding("C", summary, advice, {length: size, "max_model_len": limit})
 
 
 def prompt_beyond_kv_cache(start: Start, e: Event, smi: dict | None = None) -> Finding | None:

@@ -55,10 +55,10 @@ def pressure_advice(start: Start | None) -> list[str]:
             f"parameters: --max-num-seqs {max(math.floor(concurrency), 1)}: the KV cache holds "
             f"{tokens:,} tokens, {concurrency:g} requests of {length:,}"
         )
-    seqs, length = settings.get("max_num_seqs"), settings.get("max_model_len")
+    seqs, model_len = settings.get("max_num_seqs"), settings.get("max_model_len")
     together = "--max-num-seqs × --max-model-len is what the KV cache holds at worst: shrink them together"
-    if seqs and length:
-        together += f" ({seqs} × {length:,} = {seqs * length:,} tokens asked now)"
+    if seqs and model_len:
+        together += f" ({seqs} × {model_len:,} = {seqs * model_len:,} tokens asked now)"
     advice += [
         f"parameters: {together}: lowering one alone leaves the worst case above what the cache holds",
         f"parameters: more KV cache: --gpu-memory-utilization up to {DEDICATED_UTILIZATION} (dedicated), "

@@ -11,6 +11,8 @@ start and the scan forgets what came before (a retried server appends to its log
 from __future__ import annotations
 
 import ast
+import bisect
+import itertools
 import re
 from collections import deque
 from collections.abc import Iterable
@@ -22,15 +24,20 @@ from evals.serving.memory import KV_CAPACITY, MODEL_LOADING
 from kqe.core.records import ServeProfile
 
 EVIDENCE_CHARS = 400
+_EVENT_CHARS = 2000
+"""What an event keeps of its message: enough for PyTorch's list of processes."""
 WRAP_LINES = 6
 """How many physical lines a wrapped message may span."""
+LOOK_BACK = 3
+"""How many lines before a hinted line a wrapped message may start (its hint words may come late)."""
 PRESSURE_USAGE = 95.0
 """KV cache usage (%) from which requests left waiting mean the cache, not the load, is the limit."""
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_DOCKER = re.compile(r"^\s*(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+)?")
 _PREFIX = re.compile(
-    r"^\s*(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+)?"  # docker logs -t
-    r"(?:\([^()]*pid=\d+\)\s+)?"  # (EngineCore_DP0 pid=1234)
+    _DOCKER.pattern  # docker logs -t
+    + r"(?:\([^()]*pid=\d+\)\s+)?"  # (EngineCore_DP0 pid=1234)
     r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d\s+[\d:.]{8,}\s+(?:\[[^\]]*\]|[\w./-]+:\d+\])\s)?"
     r"(?:\[rank\d+\]:\s?)?"
 )
@@ -103,15 +110,23 @@ class Start:
     own_pids: set[str] = field(default_factory=set)
 
     def record(self, shape: msg.Shape, line: int, m: re.Match[str], text: str) -> None:
-        event = Event(line, {k: v for k, v in m.groupdict().items() if v is not None}, text[:EVIDENCE_CHARS])
+        event = Event(line, {k: v for k, v in m.groupdict().items() if v is not None}, text[:_EVENT_CHARS])
         self.first.setdefault(shape.name, event)
         self.last[shape.name] = event
         self.counts[shape.name] = self.counts.get(shape.name, 0) + 1
         if shape is msg.STATS:
             self.stats.add(line, m, text)
 
+    def complete(self, shape: msg.Shape, line: int, m: re.Match[str], text: str) -> None:
+        """The same message read again with the lines its wrap cut off: its groups as read whole."""
+        event = Event(line, {k: v for k, v in m.groupdict().items() if v is not None}, text[:_EVENT_CHARS])
+        for events in (self.first, self.last):
+            if shape.name in events and events[shape.name].line == line:
+                events[shape.name] = event
+
 
 _PID = re.compile(r"\([^()]*pid=(\d+)\)")
+_RECORD_START = re.compile(r"\([^()]*pid=\d+\)|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d\s")
 
 
 class Scanner:
@@ -120,18 +135,23 @@ class Scanner:
     def __init__(self, profile: ServeProfile | None = None) -> None:
         self.base = profile.model_dump() if profile else {}
         self.start = Start(dict(self.base))
-        self.recent: deque[tuple[int, str]] = deque(maxlen=2 * WRAP_LINES + 2)
+        self.recent: deque[tuple[int, str]] = deque(maxlen=LOOK_BACK + WRAP_LINES + 1)
         self.due: deque[int] = deque()
-        self.consumed = 0
-        """The last line a joined (wrapped) match took in."""
-        self.matched: deque[int] = deque(maxlen=2 * WRAP_LINES + 2)
-        """Recent lines that matched alone: no window starts there."""
+        """Hinted lines whose neighbours are still to be tried joined with them."""
+        self.pending: int | None = None
+        """A hinted line that matched alone: joined only if the next line continues it."""
+        self.found_at: dict[int, set[str]] = {}
+        """The shapes recent lines matched, so a window does not find them again."""
         self.lineno = 0
 
     def feed(self, raw: str) -> None:
         self.lineno += 1
         text = clean(raw)
         self.recent.append((self.lineno, text))
+        if self.pending is not None:
+            if not _RECORD_START.match(_DOCKER.sub("", _ANSI.sub("", raw[:200]), count=1)):
+                self.due.append(self.pending)  # the next line is no new record: maybe a wrap
+            self.pending = None
         if "pid=" in raw and len(self.start.own_pids) < 64:
             self.start.own_pids.update(_PID.findall(raw))
         if "MiB" in text:
@@ -149,6 +169,8 @@ class Scanner:
         return self.finish()
 
     def finish(self) -> Start:
+        if self.pending is not None:
+            self.due.append(self.pending)
         while self.due:
             self._match_window(self.due.popleft())
         return self.start
@@ -164,51 +186,49 @@ class Scanner:
             settings.update(args)
         self.start = Start(settings)
         self.due.clear()
-        self.consumed = self.lineno
+        self.pending = None
 
     def _match_line(self, text: str) -> None:
-        matched = False
+        found: set[str] = set()
         for shape in msg.SHAPES:
-            if shape is msg.STATS:
-                for m in shape.regex.finditer(text):  # a line may hold several (lost newlines)
-                    self.start.record(shape, self.lineno, m, text)
-                    matched = True
-                continue
-            m = shape.regex.search(text)
-            if m:
-                self.start.record(shape, self.lineno, m, text)
-                matched = True
+            stats = shape is msg.STATS  # a line may hold several stats lines (lost newlines)
+            for m in shape.regex.finditer(text) if stats else [shape.regex.search(text)]:
+                if m:
+                    self.start.record(shape, self.lineno, m, text[m.start() :] if stats else text)
+                    found.add(shape.name)
         for pattern in _CONTEXT:
             m = pattern.search(text)
             if m:
                 self.start.context[pattern] = Event(self.lineno, m.groupdict(), text)
-        if matched:
-            self.matched.append(self.lineno)
+        if found:
+            self._found(self.lineno, found)
+            self.pending = self.lineno
         else:
             self.due.append(self.lineno)
 
-    def _match_window(self, hinted: int) -> None:
-        """Try the lines around a hinted line that matched nothing, joined: a wrapped message."""
-        lines = [(n, text) for n, text in self.recent if hinted - 2 <= n <= hinted + WRAP_LINES]
-        for offset, (first, head) in enumerate(lines):
-            if first > hinted or first <= self.consumed or first in self.matched:
-                continue
-            joined = "".join(text for _, text in lines[offset : offset + WRAP_LINES])
-            for shape in msg.SHAPES:
-                m = shape.regex.search(joined)
-                if m and m.start() < len(head):
-                    self.start.record(shape, first, m, joined[m.start() :])
-                    self._consume_through(lines, offset, m.end())
-                    return
+    def _found(self, line: int, names: set[str]) -> None:
+        self.found_at.setdefault(line, set()).update(names)
+        if len(self.found_at) > 4 * (LOOK_BACK + WRAP_LINES):
+            horizon = self.lineno - LOOK_BACK - WRAP_LINES
+            self.found_at = {n: shapes for n, shapes in self.found_at.items() if n >= horizon}
 
-    def _consume_through(self, lines: list[tuple[int, str]], offset: int, end: int) -> None:
-        """Mark the physical lines a joined match spans as read, so no later window reads it again."""
-        length = 0
-        for n, text in lines[offset:]:
-            length += len(text)
-            self.consumed = max(self.consumed, n)
-            if length >= end:
-                break
+    def _match_window(self, hinted: int) -> None:
+        """Try the lines around a hinted line joined: a message the terminal wrapped. A match within
+        one line was found already; one that runs on completes a match its first line cut short."""
+        lines = [(n, text) for n, text in self.recent if hinted - LOOK_BACK <= n <= hinted + WRAP_LINES]
+        offsets = list(itertools.accumulate((len(text) for _, text in lines), initial=0))
+        joined = "".join(text for _, text in lines)
+        for shape in msg.SHAPES:
+            for m in shape.regex.finditer(joined):
+                first = bisect.bisect_right(offsets, m.start()) - 1
+                if bisect.bisect_right(offsets, m.end() - 1) - 1 == first:
+                    continue
+                line, text = lines[first][0], joined[m.start() :]
+                if shape.name not in self.found_at.get(line, set()):
+                    self.start.record(shape, line, m, text)
+                    self._found(line, {shape.name})
+                elif shape is not msg.STATS:
+                    self.start.complete(shape, line, m, text)
 
     def _smi(self, text: str) -> None:
         row = msg.SMI_PROCESS.search(text)

@@ -31,8 +31,12 @@ class Shape:
     """Where the message is raised, in the newest version listed."""
 
 
+def _tolerant(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern.replace(" ", r"\s*"))
+
+
 def _shape(name: str, pattern: str, versions: str, source: str) -> Shape:
-    return Shape(name, re.compile(pattern.replace(" ", r"\s*")), versions, source)
+    return Shape(name, _tolerant(pattern), versions, source)
 
 
 # --- D: another process holds or changes the device memory ------------------------------------------
@@ -81,12 +85,13 @@ TORCH_OOM_OLD = _shape(
 )
 ANY_CUDA_OOM = _shape(
     "any_cuda_oom",
-    r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError|CUDA error: out of memory",
+    r"CUDA out of memory(?! occurred when warming)|torch\.(?:cuda\.)?OutOfMemoryError"
+    r"|CUDA error: out of memory",
     "PyTorch (any), CUDA runtime",
     "c10/cuda/CUDACachingAllocator.cpp",
 )
-OTHER_PROCESS = re.compile(rf"Process (?P<pid>\d+) has (?P<size>{_N} [KMG]iB) memory in use")
-THIS_PROCESS = re.compile(rf"Including non-PyTorch memory, this process has (?P<size>{_N} [KMG]iB)")
+OTHER_PROCESS = _tolerant(rf"Process (?P<pid>\d+) has (?P<size>{_N} [KMG]iB) memory in use")
+THIS_PROCESS = _tolerant(rf"Including non-PyTorch memory, this process has (?P<size>{_N} [KMG]iB)")
 
 # --- A: the weights do not fit ------------------------------------------------------------------------
 LOAD_FAILED = _shape(
