@@ -110,6 +110,10 @@ class Start:
     own_pids: set[str] = field(default_factory=set)
 
     def record(self, shape: msg.Shape, line: int, m: re.Match[str], text: str) -> None:
+        if shape is msg.STATS and shape.name in self.first:  # the stats add up: no event each
+            self.counts[shape.name] += 1
+            self.stats.add(line, m, text)
+            return
         event = Event(line, {k: v for k, v in m.groupdict().items() if v is not None}, text[:_EVENT_CHARS])
         self.first.setdefault(shape.name, event)
         self.last[shape.name] = event
@@ -125,6 +129,7 @@ class Start:
                 events[shape.name] = event
 
 
+_HINT = re.compile("|".join(re.escape(hint) for hint in msg.HINTS))
 _PID = re.compile(r"\([^()]*pid=(\d+)\)")
 _RECORD_START = re.compile(r"\([^()]*pid=\d+\)|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d\s")
 
@@ -145,21 +150,21 @@ class Scanner:
         self.lineno = 0
 
     def feed(self, raw: str) -> None:
+        """One physical line; only a line with a hint word is cleaned and matched (most are not)."""
         self.lineno += 1
-        text = clean(raw)
-        self.recent.append((self.lineno, text))
+        self.recent.append((self.lineno, raw))
         if self.pending is not None:
             if not _RECORD_START.match(_DOCKER.sub("", _ANSI.sub("", raw[:200]), count=1)):
                 self.due.append(self.pending)  # the next line is no new record: maybe a wrap
             self.pending = None
-        if "pid=" in raw and len(self.start.own_pids) < 64:
-            self.start.own_pids.update(_PID.findall(raw))
-        if "MiB" in text:
-            self._smi(text)
-        if "non-default args" in text:
-            self._new_start(text)
-        elif any(hint in text for hint in msg.HINTS):
-            self._match_line(text)
+        if "MiB" in raw:
+            self._smi(clean(raw))
+        if "non-default args" in raw:
+            self._new_start(clean(raw))
+        elif _HINT.search(raw):
+            if "pid=" in raw and len(self.start.own_pids) < 64:
+                self.start.own_pids.update(_PID.findall(raw))
+            self._match_line(clean(raw))
         while self.due and self.due[0] + WRAP_LINES <= self.lineno:
             self._match_window(self.due.popleft())
 
@@ -190,13 +195,15 @@ class Scanner:
 
     def _match_line(self, text: str) -> None:
         found: set[str] = set()
-        for shape in msg.SHAPES:
-            stats = shape is msg.STATS  # a line may hold several stats lines (lost newlines)
-            for m in shape.regex.finditer(text) if stats else [shape.regex.search(text)]:
-                if m:
-                    self.start.record(shape, self.lineno, m, text[m.start() :] if stats else text)
-                    found.add(shape.name)
-        for pattern in _CONTEXT:
+        for m in msg.STATS.regex.finditer(text):  # a line may hold several (lost newlines)
+            self.start.record(msg.STATS, self.lineno, m, text[m.start() :])
+            found.add(msg.STATS.name)
+        for shape in () if found else msg.SHAPES:  # a stats line holds nothing else: the common case
+            m = shape.regex.search(text)
+            if m:
+                self.start.record(shape, self.lineno, m, text)
+                found.add(shape.name)
+        for pattern in () if found else _CONTEXT:
             m = pattern.search(text)
             if m:
                 self.start.context[pattern] = Event(self.lineno, m.groupdict(), text)
@@ -215,7 +222,7 @@ class Scanner:
     def _match_window(self, hinted: int) -> None:
         """Try the lines around a hinted line joined: a message the terminal wrapped. A match within
         one line was found already; one that runs on completes a match its first line cut short."""
-        lines = [(n, text) for n, text in self.recent if hinted - LOOK_BACK <= n <= hinted + WRAP_LINES]
+        lines = [(n, clean(raw)) for n, raw in self.recent if hinted - LOOK_BACK <= n <= hinted + WRAP_LINES]
         offsets = list(itertools.accumulate((len(text) for _, text in lines), initial=0))
         joined = "".join(text for _, text in lines)
         for shape in msg.SHAPES:
