@@ -86,6 +86,13 @@ def test_the_corpus_spans_versions_engines_devices_and_every_shape() -> None:
 
 
 @pytest.mark.parametrize("entry", CORPUS, ids=lambda e: e["id"])
+def test_each_message_holds_two_hint_words_a_wrap_cannot_both_split(entry: dict[str, Any]) -> None:
+    hits = sum(entry["message"].count(hint) for hint in vllm_messages.HINTS)
+
+    assert hits >= 2, entry["id"]
+
+
+@pytest.mark.parametrize("entry", CORPUS, ids=lambda e: e["id"])
 def test_each_message_gets_its_pattern_and_numbers(entry: dict[str, Any]) -> None:
     assert_read(entry["message"], entry)
 

@@ -219,7 +219,7 @@ HINTS: tuple[str, ...] = (
     "memory", "Memory", "max seq len", "KV cache", "context length", "preempt", "Preempt", "too long",
     "longer than", "Tried to allocate", "OutOfMemory", "cache blocks", "warming up", "Running:",
     "max_tokens", "maximum model", "request with", "capac", "not enough", "Input prompt", "However,",
-    "apturing",
+    "too large", "input tokens", "CUDA error", "apturing",
 )  # fmt: skip
 """Words of which every shape's message holds at least two (so that one split by a wrap leaves the
 other whole), and the context lines one ("apturing": CUDA graph capture): a line without any is
