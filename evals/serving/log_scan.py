@@ -239,17 +239,15 @@ class Scanner:
         """Match a hinted line alone; try it with its neighbours later unless it is a whole record:
         it starts with a log prefix and (`pending`) the next line does too."""
         found: set[str] = set()
-        for m in msg.STATS.regex.finditer(text):  # a line may hold several (lost newlines)
-            self.start.record(msg.STATS, self.lineno, m, text[m.start() :])
+        for stats in msg.STATS.regex.finditer(text):  # a line may hold several (lost newlines)
+            self.start.record(msg.STATS, self.lineno, stats, text[stats.start() :])
             found.add(msg.STATS.name)
         for shape in () if found else msg.SHAPES:  # a stats line holds nothing else: the common case
-            m = shape.regex.search(text)
-            if m:
+            if m := shape.regex.search(text):
                 self.start.record(shape, self.lineno, m, text)
                 found.add(shape.name)
         for pattern in () if found else _CONTEXT:
-            m = pattern.search(text)
-            if m:
+            if m := pattern.search(text):
                 self.start.context[pattern] = Event(self.lineno, m.groupdict(), text)
         if found:
             self._found(self.lineno, found)
