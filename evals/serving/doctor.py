@@ -23,11 +23,8 @@ from evals.serving import doctor_judges as judge
 from evals.serving import vllm_messages as msg
 from evals.serving.doctor_judges import Finding, Pattern
 from evals.serving.kv_pressure import kv_pressure, metrics_finding
-from evals.serving.log_scan import EVIDENCE_CHARS, Event, Start, scan
+from evals.serving.log_scan import EVIDENCE_CHARS, Event, GpuProcesses, Start, scan
 from kqe.core.records import Record, ServeProfile
-
-GpuProcesses = dict[str, tuple[str, float]]
-"""nvidia-smi's processes: pid → (name, GiB)."""
 
 
 class Diagnosis(Record):

@@ -10,7 +10,7 @@ import re
 from typing import Literal, NamedTuple
 
 from evals.serving import vllm_messages as msg
-from evals.serving.log_scan import Event, Start
+from evals.serving.log_scan import Event, GpuProcesses, Start
 from evals.serving.memory import KV_CAPACITY, MODEL_LOADING
 
 Pattern = Literal["A", "B", "C", "D"]
@@ -44,21 +44,21 @@ def gib(size: str) -> float:
     return number(m["value"]) * {"KiB": 2**-20, "MiB": 2**-10, "GiB": 1.0, "bytes": 2**-30}[m["unit"]]
 
 
-def other_processes(start: Start, extra: dict[str, tuple[str, float]] | None = None) -> list[str]:
+def other_processes(start: Start, extra: GpuProcesses | None = None) -> list[str]:
     """nvidia-smi's processes that are not this vLLM (by pid), largest first, as "pid name (N GiB)"."""
     table = {**start.gpu_processes, **(extra or {})}
     others = [(pid, name, size) for pid, (name, size) in table.items() if pid not in start.own_pids]
     return [f"{pid} {name} ({size:.2f} GiB)" for pid, name, size in sorted(others, key=lambda o: -o[2])]
 
 
-def _check_others(start: Start, held: float, smi: dict[str, tuple[str, float]] | None) -> str:
+def _check_others(start: Start, held: float, smi: GpuProcesses | None) -> str:
     named = other_processes(start, smi)
     if named:
         return f"stop what nvidia-smi shows beside vLLM: {', '.join(named)}"
     return f"check what holds {held:.2f} GiB (`nvidia-smi` on GPU, `free -g` on CPU) and stop it"
 
 
-def shared_gpu(start: Start, e: Event, smi: dict | None = None) -> Finding | None:
+def shared_gpu(start: Start, e: Event, smi: GpuProcesses | None = None) -> Finding | None:
     g = e.groups
     free, total, util = number(g["free"]), number(g["total"]), number(g["util"])
     fitting = math.floor((free - SHARED_MARGIN_GIB) / total * 100) / 100
@@ -76,7 +76,7 @@ def shared_gpu(start: Start, e: Event, smi: dict | None = None) -> Finding | Non
     return Finding("D", summary, advice, numbers)
 
 
-def memory_changed(start: Start, e: Event, smi: dict | None = None) -> Finding | None:
+def memory_changed(start: Start, e: Event, smi: GpuProcesses | None = None) -> Finding | None:
     g = e.groups
     scale = 1.0 if g.get("gib") else 2**-30  # before 0.9 the figures were bytes
     before, after = number(g["before"]) * scale, number(g["after"]) * scale
@@ -95,7 +95,7 @@ def memory_changed(start: Start, e: Event, smi: dict | None = None) -> Finding |
     return Finding("D", summary, advice, {"released_gib": round(released, 2)})
 
 
-def cpu_kv_pool(start: Start, e: Event, smi: dict | None = None) -> Finding | None:
+def cpu_kv_pool(start: Start, e: Event, smi: GpuProcesses | None = None) -> Finding | None:
     free, total, want = number(e.groups["free"]), number(e.groups["total"]), number(e.groups["want"])
     fitting = math.floor((free - SHARED_MARGIN_GIB) * 4) / 4
     size = f"--kv-cache-memory-bytes (the profile's cpu_kv_cache_gib) ≤ {fitting:g} GiB"
@@ -117,7 +117,7 @@ def cpu_kv_pool(start: Start, e: Event, smi: dict | None = None) -> Finding | No
     return Finding("D", summary, advice, numbers)
 
 
-def torch_oom_of_other_process(start: Start, e: Event, smi: dict | None = None) -> Finding | None:
+def torch_oom_of_other_process(start: Start, e: Event, smi: GpuProcesses | None = None) -> Finding | None:
     if not msg.THIS_PROCESS.search(e.text):
         return None  # without "this process" the pids are another namespace's: no telling who is who
     others = [(p["pid"], gib(p["size"])) for p in msg.OTHER_PROCESS.finditer(e.text)]
@@ -137,7 +137,7 @@ def torch_oom_of_other_process(start: Start, e: Event, smi: dict | None = None) 
     return Finding("D", summary, advice, {"total_gib": total, "other_gib": round(held, 2)})
 
 
-def weights_do_not_fit(start: Start, e: Event, smi: dict | None = None) -> Finding | None:
+def weights_do_not_fit(start: Start, e: Event, smi: GpuProcesses | None = None) -> Finding | None:
     loaded = start.context.get(MODEL_LOADING)
     if "load_failed" not in start.last and loaded and loaded.line < e.line:
         return None  # the weights were in: this OOM came later
@@ -165,7 +165,7 @@ def weights_do_not_fit(start: Start, e: Event, smi: dict | None = None) -> Findi
     return Finding("A", summary, advice, numbers)
 
 
-def one_request_does_not_fit(start: Start, e: Event, smi: dict | None = None) -> Finding | None:
+def one_request_does_not_fit(start: Start, e: Event, smi: GpuProcesses | None = None) -> Finding | None:
     g = e.groups
     length, need, avail = int(g["len"]), number(g["need"]), number(g["avail"])
     advice = []
@@ -195,7 +195,7 @@ def one_request_does_not_fit(start: Start, e: Event, smi: dict | None = None) ->
     return Finding("C", summary, advice, numbers)
 
 
-def old_engine_max_seq(start: Start, e: Event, smi: dict | None = None) -> Finding | None:
+def old_engine_max_seq(start: Start, e: Event, smi: GpuProcesses | None = None) -> Finding | None:
     tokens, length = int(e.groups["tokens"]), int(e.groups["len"])
     summary = (
         f"OOM pattern C (one long context): max_model_len {length:,} is above the {tokens:,} tokens "
@@ -210,7 +210,7 @@ def old_engine_max_seq(start: Start, e: Event, smi: dict | None = None) -> Findi
     return Finding("C", summary, advice, {"max_model_len": length, "kv_tokens": tokens})
 
 
-def prompt_too_long(start: Start, e: Event, smi: dict | None = None) -> Finding | None:
+def prompt_too_long(start: Start, e: Event, smi: GpuProcesses | None = None) -> Finding | None:
     g = e.groups
     size, limit = int(g.get("prompt") or g["total"]), int(g["max"])
     unit = g.get("unit", "input tokens")
@@ -239,7 +239,7 @@ def prompt_too_long(start: Start, e: Event, smi: dict | None = None) -> Finding 
     return Finding("C", summary, advice, {length: size, "max_model_len": limit})
 
 
-def prompt_beyond_kv_cache(start: Start, e: Event, smi: dict | None = None) -> Finding | None:
+def prompt_beyond_kv_cache(start: Start, e: Event, smi: GpuProcesses | None = None) -> Finding | None:
     size = int(e.groups["prompt"])
     summary = f"OOM pattern C (one long context): a {size:,}-token prompt is longer than the whole KV cache"
     advice = [
@@ -251,7 +251,7 @@ def prompt_beyond_kv_cache(start: Start, e: Event, smi: dict | None = None) -> F
     return Finding("C", summary, advice, {"prompt_tokens": size})
 
 
-def no_cache_blocks(start: Start, e: Event, smi: dict | None = None) -> Finding | None:
+def no_cache_blocks(start: Start, e: Event, smi: GpuProcesses | None = None) -> Finding | None:
     loaded = start.context.get(MODEL_LOADING)
     weights = f" after {number(loaded.groups['gib']):g} GiB of weights" if loaded else ""
     util = start.settings.get("gpu_memory_utilization", "the default 0.92")
@@ -272,7 +272,7 @@ def no_cache_blocks(start: Start, e: Event, smi: dict | None = None) -> Finding 
     return Finding("B", summary, advice, {"weights_gib": number(loaded.groups["gib"])} if loaded else {})
 
 
-def sampler_warmup(start: Start, e: Event, smi: dict | None = None) -> Finding | None:
+def sampler_warmup(start: Start, e: Event, smi: GpuProcesses | None = None) -> Finding | None:
     seqs = int(e.groups["n"])
     summary = f"OOM pattern B (concurrency): warming up the sampler for {seqs} sequences ran out of memory"
     advice = [
@@ -282,7 +282,7 @@ def sampler_warmup(start: Start, e: Event, smi: dict | None = None) -> Finding |
     return Finding("B", summary, advice, {"max_num_seqs": seqs})
 
 
-def oom_after_loading(start: Start, e: Event, smi: dict | None = None) -> Finding | None:
+def oom_after_loading(start: Start, e: Event, smi: GpuProcesses | None = None) -> Finding | None:
     loaded = start.context.get(MODEL_LOADING)
     if "load_failed" in start.last or not loaded or loaded.line > e.line:
         return None  # an OOM before the weights were in is pattern A's

@@ -9,7 +9,7 @@ import math
 import httpx
 
 from evals.serving.doctor_judges import DEDICATED_UTILIZATION, Finding, number
-from evals.serving.log_scan import PRESSURE_USAGE, Event, Start
+from evals.serving.log_scan import PRESSURE_USAGE, Event, GpuProcesses, Start
 from evals.serving.memory import KV_CAPACITY
 from evals.serving.vllm_metrics import kv_gauges
 from kqe.core.errors import UserError
@@ -17,7 +17,7 @@ from kqe.core.errors import UserError
 METRICS_TIMEOUT_S = 5.0
 
 
-def kv_pressure(start: Start, e: Event, smi: dict | None = None) -> Finding | None:
+def kv_pressure(start: Start, e: Event, smi: GpuProcesses | None = None) -> Finding | None:
     """B from the stats lines and V0's preemption warnings of one start; None when they show none."""
     stats = start.stats
     v0 = start.last.get("v0_preempted")

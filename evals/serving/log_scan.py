@@ -52,6 +52,10 @@ def clean(line: str) -> str:
     return _PREFIX.sub("", line.rstrip("\r\n"), count=1).strip()
 
 
+GpuProcesses = dict[str, tuple[str, float]]
+"""nvidia-smi's processes: pid → (name, GiB)."""
+
+
 @dataclass(frozen=True)
 class Event:
     """A message found: its first physical line (1-based), its shape's groups and its text."""
@@ -109,8 +113,8 @@ class Start:
     context: dict[re.Pattern[str], Event] = field(default_factory=dict)
     """The last model-loading, KV-capacity and graph-capture lines."""
     stats: Stats = field(default_factory=Stats)
-    gpu_processes: dict[str, tuple[str, float]] = field(default_factory=dict)
-    """nvidia-smi's process table: pid → (name, GiB), the last table seen."""
+    gpu_processes: GpuProcesses = field(default_factory=dict)
+    """nvidia-smi's process table, the last table seen."""
     own_pids: set[str] = field(default_factory=set)
 
     @functools.cached_property
@@ -172,7 +176,7 @@ def _record_start(raw: str) -> bool:
 
 
 class Scanner:
-    """Feed lines in order, then `finish()`: the last start of the log."""
+    """`feed_all(lines)`: the last start of the log."""
 
     def __init__(self, profile: ServeProfile | None = None) -> None:
         self.base = profile.model_dump() if profile else {}
@@ -185,12 +189,6 @@ class Scanner:
         self.found_at: dict[int, set[str]] = {}
         """The shapes recent lines matched, so a window does not find them again."""
         self.lineno = 0
-
-    def feed(self, raw: str) -> None:
-        """One physical line; only a line with a hint word is cleaned and matched (most are not)."""
-        self.lineno += 1
-        self.recent.append((self.lineno, raw))
-        self._take(raw)
 
     def feed_all(self, lines: Iterable[str]) -> Start:
         """Every line, then `finish()`. Lines come in batches whose words worth reading are found
@@ -207,6 +205,7 @@ class Scanner:
         return self.finish()
 
     def _take(self, raw: str) -> None:
+        """A line worth reading (or one after a hinted line): clean and match it."""
         if self.pending is not None:
             if not _record_start(raw):
                 self.due.append(self.pending)  # the next line is no new record: maybe a wrap
