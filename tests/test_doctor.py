@@ -331,6 +331,14 @@ def test_an_unreadable_log_is_a_one_line_error(tmp_path: Path, monkeypatch: pyte
     assert code == 2 and "cannot be read (Permission denied)" in output
 
 
+def test_a_missing_nvidia_smi_file_is_a_one_line_error(tmp_path: Path) -> None:
+    code, output = doctor(
+        str(ERRORS / "d_free_memory_at_startup.log"), "--nvidia-smi", str(tmp_path / "no.txt")
+    )
+
+    assert code == 2 and "--nvidia-smi" in output and "nvidia-smi > smi.txt" in output
+
+
 def test_nvidia_smi_file_names_the_other_process(tmp_path: Path) -> None:
     smi = tmp_path / "smi.txt"
     smi.write_text(

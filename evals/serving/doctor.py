@@ -146,6 +146,6 @@ def diagnose_metrics(text: str, source: str) -> Diagnosis:
     )
 
 
-def read_gpu_processes(text: str) -> GpuProcesses:
-    """nvidia-smi's process table from its output."""
-    return scan(text.splitlines()).gpu_processes
+def read_gpu_processes(output: str | Iterable[str]) -> GpuProcesses:
+    """nvidia-smi's process table from its output (text or lines)."""
+    return scan(output.splitlines() if isinstance(output, str) else output).gpu_processes

@@ -23,19 +23,21 @@ HEAD_BYTES = 65536
 _CHUNK_BYTES = 1 << 20
 
 
-def log_lines(path: Path) -> Iterator[str]:
-    """The lines of a log file, read lazily (bounded memory for any size); UserError when it is
-    missing, empty or not text."""
+def log_lines(
+    path: Path, what: str = "log file", fix: str = "give the file vLLM's output went to"
+) -> Iterator[str]:
+    """The lines of a log file (or of another text file, `what`), read lazily (bounded memory for any
+    size); UserError when it is missing, empty or not text."""
     if not path.exists():
-        raise UserError(f"log file {path} does not exist: give the file vLLM's output went to")
+        raise UserError(f"{what} {path} does not exist: {fix}")
     if not path.is_file():
-        raise UserError(f"log file {path} is not a file: give the file vLLM's output went to")
+        raise UserError(f"{what} {path} is not a file: {fix}")
     try:
         with path.open("rb") as stream:
-            head = _checked_head(stream, f"log file {path}")
+            head = _checked_head(stream, f"{what} {path}")
     except OSError as error:
         reason = error.strerror
-        raise UserError(f"log file {path} cannot be read ({reason}): give a file you can read") from None
+        raise UserError(f"{what} {path} cannot be read ({reason}): give a file you can read") from None
     return _file_lines(path, len(head))
 
 

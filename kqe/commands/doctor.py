@@ -14,6 +14,8 @@ from evals.serving.vllm_log import log_lines, stream_lines
 from kqe.commands.guard import echo, run_guarded
 from kqe.core.errors import UserError
 
+SMI_FIX = "save `nvidia-smi` output to a file (nvidia-smi > smi.txt) and give that"
+
 
 def render(diagnosis: Diagnosis) -> str:
     """The diagnosis as a few lines for a terminal."""
@@ -34,9 +36,11 @@ def render(diagnosis: Diagnosis) -> str:
     "--nvidia-smi",
     "smi_file",
     type=click.Path(path_type=Path),
-    help="nvidia-smi output to name other processes.",
+    help="A file of `nvidia-smi` output: the processes beside vLLM are named in the advice.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: pattern, evidence, advice.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print one JSON object: pattern, evidence, advice, numbers."
+)
 def doctor_command(
     logfile: str | None, profile: str | None, metrics_url: str | None, smi_file: Path | None, as_json: bool
 ) -> None:
@@ -53,7 +57,7 @@ def doctor_command(
             diagnosis = diagnose_metrics(read_metrics(metrics_url), metrics_url)
         else:
             served = load_profile(profile) if profile else None  # a wrong name is said before the log is read
-            smi = read_gpu_processes("\n".join(log_lines(smi_file))) if smi_file else None
+            smi = read_gpu_processes(log_lines(smi_file, "--nvidia-smi", SMI_FIX)) if smi_file else None
             lines = (
                 stream_lines(sys.stdin.buffer, "standard input")
                 if logfile == "-"
