@@ -3,9 +3,10 @@
 Each line is cleaned of what surrounds a message (ANSI colours, CR, Docker timestamps, vLLM's
 `(EngineCore pid=…) ERROR 06-15 14:02:43 [core.py:396]` or V0's `INFO 03-31 01:47:59 worker.py:267]`
 prefix, torch.distributed's `[rank0]:`). Only lines holding a hint word (`vllm_messages.HINTS`) are
-matched against the shapes; one that matches none is tried joined with its neighbours, so a message
-the terminal wrapped over several lines is read whole. A "non-default args" line starts a new server
-start and the scan forgets what came before (a retried server appends to its log).
+cleaned and matched against the shapes; one that is no whole log record (it has no log prefix, or
+the line after it has none) is also tried joined with its neighbours, so a message the terminal
+wrapped over several lines is read whole. A "non-default args" line starts a new server start and
+the scan forgets what came before (a retried server appends to its log).
 """
 
 from __future__ import annotations
