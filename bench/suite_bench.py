@@ -1,6 +1,7 @@
 """`make bench`: the suite against what users would otherwise run, same items, model and machine.
 
-    .venv/bin/python -m bench.suite_bench [--quick] [--only scoring,matrix,cpu-kinds,quantize,stats,executor]
+    .venv/bin/python -m bench.suite_bench [--quick]
+        [--only scoring,matrix,cpu-kinds,quantize,stats,executor,doctor]
 
 1. scoring speed: kqe's serve path vs `lm_eval --model hf` (target >= 3x) and vs `lm_eval --model
    vllm` in-process (target >= 0.9x), gemma3-270m bf16 (bench/scoring_bench.py);
@@ -11,7 +12,9 @@
 3. quantization time vs a bare llmcompressor script (target <= 1.2x; bench/quantize_bench.py);
 4. paired statistics of one run: 35k items x 8 checkpoints (target < 2 s);
 5. a three-checkpoint matrix on the local executor vs Ray with two workers (`--executor ray`), wall
-   time ratio (reported, no target: on 2 cores there is little to gain). Needs the ray extra.
+   time ratio (reported, no target: on 2 cores there is little to gain). Needs the ray extra;
+6. `kqe doctor` on a 50 MB log (target < 5 s) and its peak RSS against a 5 MB log's (target < 1.2x:
+   memory bounded; bench/doctor_bench.py).
 
 Prints one table (median and min-max over the runs, the machine's load average) and writes it to
 `results/bench.csv` (atomically, replacing the last one). Needs `make setup` (gemma3-270m in the
@@ -38,7 +41,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import quantize_bench, scoring_bench, stats_bench
+from bench import doctor_bench, quantize_bench, scoring_bench, stats_bench
 from evals.serving import cpu
 from kqe.core.io import write_atomic
 from kqe.core.workspace import Workspace
@@ -62,10 +65,11 @@ class Settings:
     stats_runs: int
     cpu_kind_limit: int
     """Items per task of each CPU kind's first run."""
+    doctor_runs: int
 
 
-FULL = Settings(25, 3, 2, "bf16,fp8-dynamic", 20, 3, ("fp8-dynamic", "awq-w4a16"), 5, 150)
-QUICK = Settings(15, 2, 1, "bf16", 10, 2, ("fp8-dynamic",), 3, 40)
+FULL = Settings(25, 3, 2, "bf16,fp8-dynamic", 20, 3, ("fp8-dynamic", "awq-w4a16"), 5, 150, 3)
+QUICK = Settings(15, 2, 1, "bf16", 10, 2, ("fp8-dynamic",), 3, 40, 1)
 
 
 @dataclass(frozen=True)
@@ -266,6 +270,26 @@ def stats_rows(ws: Workspace, settings: Settings) -> list[Row]:
     return [Row("statistics 35k items x 8 checkpoints, s", times, "", [], "< 2 s", None, median < 2.0, note)]
 
 
+def doctor_rows(ws: Workspace, settings: Settings) -> list[Row]:
+    """`kqe doctor` on a 50 MB log (target < 5 s) and its peak RSS against a 5 MB log's (bounded)."""
+    measured = doctor_bench.measure(50, settings.doctor_runs)
+    big, small = (measured[label] for label in ("50 MB", f"{doctor_bench.SMALL_MB} MB"))
+    rss_big, rss_small = max(r.peak_rss_mib for r in big), max(r.peak_rss_mib for r in small)
+    walls = [r.wall_s for r in big]
+    note = (
+        f"{cpu.cpu_facts().model}; CPU {statistics.median(r.cpu_s for r in big):.2f} s; peak RSS "
+        f"{rss_big:.0f} MiB (5 MB log: {rss_small:.0f} MiB); load avg "
+        f"{spread([r.load_avg_1m for r in big])}"
+    )
+    rows = [Row("kqe doctor, 50 MB log, s", walls, "", [], "< 5 s", None, statistics.median(walls) < 5, note)]
+    growth = rss_big / rss_small
+    rss_note = "peak RSS of the 50 MB log's run / the 5 MB log's: memory does not grow with the log"
+    rows.append(
+        Row("kqe doctor, peak RSS 50 MB / 5 MB", [growth], "", [], "< 1.2x", growth, growth < 1.2, rss_note)
+    )
+    return rows
+
+
 PARTS: dict[str, Callable[[Workspace, Settings], list[Row]]] = {
     "scoring": scoring_rows,
     "matrix": matrix_rows,
@@ -273,7 +297,9 @@ PARTS: dict[str, Callable[[Workspace, Settings], list[Row]]] = {
     "quantize": quantize_rows,
     "stats": stats_rows,
     "executor": executor_rows,
+    "doctor": doctor_rows,
 }
+NEEDS_MODEL = {"scoring", "matrix", "cpu-kinds", "quantize", "executor"}
 
 
 # --- output -----------------------------------------------------------------------------------------
@@ -352,7 +378,7 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown part(s) {unknown}: choose from {', '.join(PARTS)}")
     ws = Workspace.from_env()
-    if not (ws.models() / MODEL / "config.json").exists():
+    if NEEDS_MODEL & set(parts) and not (ws.models() / MODEL / "config.json").exists():
         raise SystemExit(f"{MODEL} is not installed in {ws.models()}: run `make setup` first")
     settings = QUICK if args.quick else FULL
     if args.quantize_schemes:

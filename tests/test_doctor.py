@@ -5,6 +5,10 @@ from __future__ import annotations
 import json
 import math
 import re
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -14,7 +18,7 @@ from evals.planning.planner import plan
 from evals.planning.vllm_memory import PlanRequest, load_gpus
 from evals.serving.doctor import diagnose
 from evals.serving.serve import load_profile
-from evals.serving.vllm_log import read_log
+from evals.serving.vllm_log import log_lines
 from kqe.commands.doctor import doctor_command
 from kqe.core.errors import UserError
 from kqe.core.registry import load_registry
@@ -185,10 +189,175 @@ def test_missing_empty_or_binary_logs_are_one_line_errors(
     assert code == 2
     assert needle in output and len(output.strip().splitlines()) == 1
     with pytest.raises(UserError, match=needle):
-        read_log(path)
+        list(log_lines(path))
 
 
 def test_a_directory_is_not_a_log(tmp_path: Path) -> None:
     code, output = doctor(str(tmp_path))
 
     assert code == 2 and "is not a file" in output
+
+
+# --- standard input, --metrics, --nvidia-smi ------------------------------------------------------
+
+METRICS = Path(__file__).parent / "data" / "vllm_metrics"
+
+
+def test_standard_input_is_read_as_a_log() -> None:
+    log = text(ERRORS / "c_max_model_len.log")
+    result = CliRunner().invoke(doctor_command, ["-", "--json"], input=log.encode())
+
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["pattern"] == "C"
+
+
+def test_empty_standard_input_is_a_one_line_error() -> None:
+    result = CliRunner().invoke(doctor_command, ["-"], input=b"\n\n")
+
+    assert result.exit_code == 2 and "standard input is empty" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def under_pressure(prom: str) -> str:
+    """A real /metrics capture with the KV cache 99.2% full, 7 requests waiting and 4 running."""
+    for name, value in (
+        ("kv_cache_usage_perc", "0.992"),
+        ("num_requests_waiting", "7.0"),
+        ("num_requests_running", "4.0"),
+    ):
+        prom = re.sub(rf"^(vllm:{name}\{{[^}}]*\}}) \S+$", rf"\g<1> {value}", prom, flags=re.MULTILINE)
+    return prom
+
+
+def test_metrics_of_an_idle_server_show_no_pressure() -> None:
+    from evals.serving.doctor import diagnose_metrics
+
+    diagnosis = diagnose_metrics(text(METRICS / "tiny_cpu_after_load.prom"), "capture")
+
+    assert diagnosis.pattern is None and "no KV pressure now" in diagnosis.summary
+    assert diagnosis.numbers == {"kv_usage_pct": 0.0, "waiting": 0.0, "running": 0.0, "preemptions": 3.0}
+
+
+def test_metrics_with_a_full_cache_and_waiting_requests_are_pattern_b() -> None:
+    from evals.serving.doctor import diagnose_metrics
+
+    diagnosis = diagnose_metrics(under_pressure(text(METRICS / "tiny_cpu_after_load.prom")), "capture")
+
+    assert diagnosis.pattern == "B"
+    assert diagnosis.numbers["kv_usage_pct"] == 99.2 and diagnosis.numbers["waiting"] == 7
+    assert "3 preemptions since start" in diagnosis.summary
+
+
+@pytest.fixture
+def local_server() -> Iterator[Callable[[int, str], str]]:
+    """A tiny HTTP server on 127.0.0.1 answering every GET with the status and body given."""
+    answer = {"status": 200, "body": ""}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = answer["body"].encode()
+            self.send_response(int(answer["status"]))
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+
+    def serve(status: int, body: str) -> str:
+        answer.update(status=status, body=body)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield serve
+    server.shutdown()
+    server.server_close()
+
+
+def test_metrics_url_of_a_running_server(local_server: Callable[[int, str], str]) -> None:
+    url = local_server(200, under_pressure(text(METRICS / "tiny_cpu_before_load.prom")))
+    code, output = doctor("--metrics", url, "--json")
+
+    assert code == 0, output
+    assert json.loads(output)["pattern"] == "B"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "needle"),
+    [
+        (200, "<html>hello</html>", "is not a vLLM /metrics page"),
+        (404, "not found", "HTTP 404"),
+        (None, "", "no answer"),
+    ],
+)
+def test_bad_metrics_urls_are_one_line_errors(
+    local_server: Callable[[int, str], str], status: int | None, body: str, needle: str
+) -> None:
+    url = local_server(status, body) if status else f"http://127.0.0.1:{free_port()}"
+    code, output = doctor("--metrics", url)
+
+    assert code == 2 and needle in output and len(output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [((), "give a LOGFILE"), (("x.log", "--metrics", "http://127.0.0.1:1"), "give a LOGFILE")],
+)
+def test_a_log_or_metrics_but_not_both_nor_neither(args: tuple[str, ...], needle: str) -> None:
+    code, output = doctor(*args)
+
+    assert code == 2 and needle in output
+
+
+def test_an_unreadable_log_is_a_one_line_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "server.log"
+    path.write_text("INFO 06-15 14:02:40 [api_server.py:1] started\n")
+
+    def refuse(self: Path, *args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(Path, "open", refuse)  # root reads any file: a refused open stands in for chmod 000
+    code, output = doctor(str(path))
+
+    assert code == 2 and "cannot be read (Permission denied)" in output
+
+
+def test_a_missing_nvidia_smi_file_is_a_one_line_error(tmp_path: Path) -> None:
+    code, output = doctor(
+        str(ERRORS / "d_free_memory_at_startup.log"), "--nvidia-smi", str(tmp_path / "no.txt")
+    )
+
+    assert code == 2 and "--nvidia-smi" in output and "nvidia-smi > smi.txt" in output
+
+
+def test_nvidia_smi_file_names_the_other_process(tmp_path: Path) -> None:
+    smi = tmp_path / "smi.txt"
+    smi.write_text(
+        "| NVIDIA-SMI 550.163.01             Driver Version: 550.163.01     CUDA Version: 12.4     |\n"
+        "|    0   N/A  N/A      7311      C   python3 train_lora.py                        12800MiB |\n"
+    )
+    code, output = doctor(str(ERRORS / "d_free_memory_at_startup.log"), "--nvidia-smi", str(smi))
+
+    assert code == 0 and "7311 python3 train_lora.py (12.50 GiB)" in output
+
+
+def test_a_large_log_is_read_line_by_line(tmp_path: Path) -> None:
+    healthy = text(ERRORS / "ok_gemma3_270m_bf16_cpu-small.log")
+    path = tmp_path / "big.log"
+    with path.open("w", encoding="utf-8") as out:
+        for _ in range(60):
+            out.write(healthy)
+        out.write(text(ERRORS / "d_memory_profiling.log"))
+    lines = log_lines(path)
+
+    assert not isinstance(lines, list)  # an iterator: the file is never held whole
+    assert diagnose(lines).pattern == "D"

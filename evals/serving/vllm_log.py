@@ -1,43 +1,86 @@
-"""A vLLM log as text: the line that says why a start failed (`telling_line`, for `ServeError`), and
-the view of a log that `kqe doctor` judges (`VllmLog`): its last start, the settings that start states,
-and a line as evidence."""
+"""A vLLM log as text: reading it line by line (`log_lines`, `stream_lines`), the line that says why a
+start failed (`telling_line`, for `ServeError`) and how long a start took (`startup_seconds`).
+`kqe doctor` scans logs with `evals/serving/log_scan.py`."""
 
 from __future__ import annotations
 
-import ast
+import codecs
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import BinaryIO
 
-from evals.serving.vllm_messages import NON_DEFAULT_ARGS
 from kqe.core.errors import UserError
-from kqe.core.records import ServeProfile
-
-EVIDENCE_CHARS = 400
 
 # "(EngineCore pid=7) ERROR 11-29 15:39:15 [core.py:1510] message"
 _LEVEL_PREFIX = re.compile(r"^\(.*?\) (?P<level>[A-Z]+) \d\d-\d\d [\d:]{8} \[[^\]]*\] ")
-# the same prefix with every part optional, and torch.distributed's "[rank0]: " after it
-_ANY_PREFIX = re.compile(r"^(?:\(.*?\) )?(?:[A-Z]+ \d\d-\d\d [\d:]{8} \[[^\]]*\] )?(?:\[rank\d+\]: )?")
 _EXCEPTION = re.compile(r"^(?:Value error, |[\w.]*(?:Error|Exception)\b: )")
 _GENERIC_ERRORS = ("See root cause above", "See stack trace (above) for the root cause", "Traceback (most")
 
 
-def read_log(path: Path) -> str:
-    """The text of a log file; UserError when it is missing, empty or not text."""
+HEAD_BYTES = 65536
+"""How much of a log is sniffed for being text before it is read line by line."""
+_CHUNK_BYTES = 1 << 20
+
+
+def log_lines(
+    path: Path, what: str = "log file", fix: str = "give the file vLLM's output went to"
+) -> Iterator[str]:
+    """The lines of a log file (or of another text file, `what`), read lazily (bounded memory for any
+    size); UserError when it is missing, empty or not text."""
     if not path.exists():
-        raise UserError(f"log file {path} does not exist: give the file vLLM's output went to")
+        raise UserError(f"{what} {path} does not exist: {fix}")
     if not path.is_file():
-        raise UserError(f"log file {path} is not a file: give the file vLLM's output went to")
-    data = path.read_bytes()
-    if not data.strip():
-        raise UserError(f"log file {path} is empty: give the output of the failed `vllm serve` run")
-    text = data.decode("utf-8", errors="replace")
-    if b"\x00" in data[:65536] or text.count("\ufffd") > len(text) / 100:
-        raise UserError(f"log file {path} is binary, not a text log: give vLLM's text output")
-    return text
+        raise UserError(f"{what} {path} is not a file: {fix}")
+    try:
+        with path.open("rb") as stream:
+            head = _checked_head(stream, f"{what} {path}")
+    except OSError as error:
+        reason = error.strerror
+        raise UserError(f"{what} {path} cannot be read ({reason}): give a file you can read") from None
+    return _file_lines(path, len(head))
+
+
+def stream_lines(stream: BinaryIO, name: str) -> Iterator[str]:
+    """The lines of a log arriving on `stream` (standard input), read lazily; UserError when it is
+    empty or not text."""
+    head = _checked_head(stream, name)
+    return _decoded_lines(head, stream)
+
+
+def _checked_head(stream: BinaryIO, name: str) -> bytes:
+    head = stream.read(HEAD_BYTES)
+    while head and not head.strip() and len(head) < 16 * HEAD_BYTES:  # leading blank lines
+        more = stream.read(HEAD_BYTES)
+        if not more:
+            break
+        head += more
+    if not head.strip():
+        raise UserError(f"{name} is empty: give the output of the failed `vllm serve` run")
+    text = head.decode("utf-8", errors="replace")
+    if b"\x00" in head or text.count("\ufffd") > len(text) / 100:
+        raise UserError(f"{name} is binary, not a text log: give vLLM's text output")
+    return head
+
+
+def _file_lines(path: Path, skip: int) -> Iterator[str]:
+    with path.open("rb") as stream:
+        yield from _decoded_lines(stream.read(skip), stream)
+
+
+def _decoded_lines(head: bytes, stream: BinaryIO) -> Iterator[str]:
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    pending, chunk = "", head
+    while chunk:
+        *lines, pending = (pending + decoder.decode(chunk)).split("\n")
+        yield from lines
+        if len(pending) > _CHUNK_BYTES:  # a line without end: read it in pieces, memory stays bounded
+            yield pending
+            pending = ""
+        chunk = stream.read(_CHUNK_BYTES)
+    pending += decoder.decode(b"", final=True)
+    if pending:
+        yield pending
 
 
 _STAMP = re.compile(r" (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d) \[")
@@ -79,48 +122,3 @@ def telling_line(log_text: str, limit: int = 300) -> str | None:
     if not candidates:
         return None
     return candidates[-1] if len(candidates[-1]) <= limit else candidates[-1][: limit - 1] + "…"
-
-
-@dataclass(frozen=True)
-class VllmLog:
-    """The log's lines and the serving settings it (or the profile) states."""
-
-    lines: list[str]
-    settings: dict[str, Any]
-
-    @classmethod
-    def last_start(cls, log_text: str, profile: ServeProfile | None = None) -> VllmLog:
-        """The lines of the log's last start (a retried server appends to its log), with the profile's
-        settings overridden by that start's "non-default args" line."""
-        lines = log_text.splitlines()
-        starts = [i for i, line in enumerate(lines) if NON_DEFAULT_ARGS.search(line)]
-        return cls(lines[starts[-1] :] if starts else lines, _settings(lines, starts, profile))
-
-    def last(
-        self, pattern: re.Pattern[str], accept: Callable[[re.Match[str]], bool] = bool
-    ) -> tuple[int, re.Match[str]] | None:
-        """Index and match of the last line matching `pattern` (and `accept`)."""
-        for index in range(len(self.lines) - 1, -1, -1):
-            match = pattern.search(self.lines[index])
-            if match and accept(match):
-                return index, match
-        return None
-
-    def evidence(self, index: int) -> str:
-        """Line `index` without its log prefix, cut to EVIDENCE_CHARS."""
-        message = _ANY_PREFIX.sub("", self.lines[index].strip(), count=1)
-        return message if len(message) <= EVIDENCE_CHARS else message[: EVIDENCE_CHARS - 1] + "…"
-
-
-def _settings(lines: list[str], starts: list[int], profile: ServeProfile | None) -> dict[str, Any]:
-    """The profile's settings overridden by the last start's "non-default args" line."""
-    settings: dict[str, Any] = profile.model_dump() if profile else {}
-    match = NON_DEFAULT_ARGS.search(lines[starts[-1]]) if starts else None
-    if match:
-        try:
-            args = ast.literal_eval(match["args"])
-        except (ValueError, SyntaxError):  # a cut line: the profile still holds
-            args = {}
-        if isinstance(args, dict):
-            settings.update(args)
-    return settings

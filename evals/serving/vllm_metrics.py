@@ -43,3 +43,32 @@ def engine_counters(before: str, after: str, served_name: str) -> tuple[int | No
     preemptions, hits, queries = increase(PREEMPTIONS), increase(PREFIX_HITS), increase(PREFIX_QUERIES)
     hit_rate = hits / queries if hits is not None and queries else None
     return (None if preemptions is None else round(preemptions)), hit_rate
+
+
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+"""The KV cache's used fraction (0–1): V1 0.32's name, then V0's and V1 ≤ 0.10's."""
+WAITING = "vllm:num_requests_waiting"
+RUNNING = "vllm:num_requests_running"
+
+
+def kv_gauges(text: str) -> dict[str, float] | None:
+    """KV cache usage (%, the fullest engine's), requests waiting and running and preemptions so far
+    (summed over engines) from one `/metrics` text; None when it holds no vLLM KV-cache gauge."""
+    usage = next((u for name in KV_USAGE if (u := _fullest(text, name)) is not None), None)
+    if usage is None:
+        return None
+    gauges = {"kv_usage_pct": round(usage * 100, 1)}
+    for key, name in (("waiting", WAITING), ("running", RUNNING), ("preemptions", PREEMPTIONS)):
+        value = metric_sum(text, name)
+        if value is not None:
+            gauges[key] = value
+    return gauges
+
+
+def _fullest(text: str, name: str) -> float | None:
+    values = [
+        float(m["value"])
+        for line in text.splitlines()
+        if (m := _SAMPLE.match(line.strip())) and not line.startswith("#") and m["name"] == name
+    ]
+    return max(values) if values else None
