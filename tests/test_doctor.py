@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import socket
 import threading
@@ -346,6 +347,23 @@ def test_nvidia_smi_file_names_the_other_process(tmp_path: Path) -> None:
         "|    0   N/A  N/A      7311      C   python3 train_lora.py                        12800MiB |\n"
     )
     code, output = doctor(str(ERRORS / "d_free_memory_at_startup.log"), "--nvidia-smi", str(smi))
+
+    assert code == 0 and "7311 python3 train_lora.py (12.50 GiB)" in output
+
+
+def test_without_a_file_this_machines_nvidia_smi_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    smi = tmp_path / "bin" / "nvidia-smi"  # a stand-in on PATH printing a process table
+    smi.parent.mkdir()
+    smi.write_text(
+        "#!/bin/sh\necho '|    0   N/A  N/A      7311      C   python3 train_lora.py      12800MiB |'\n"
+    )
+    smi.chmod(0o755)
+    log = str(ERRORS / "d_free_memory_at_startup.log")
+    assert "7311" not in doctor(log)[1]
+    monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
+    code, output = doctor(log)
 
     assert code == 0 and "7311 python3 train_lora.py (12.50 GiB)" in output
 

@@ -14,6 +14,8 @@ first is the cause; the others are listed after it, in the order they appeared.
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -149,3 +151,14 @@ def diagnose_metrics(text: str, source: str) -> Diagnosis:
 def read_gpu_processes(output: str | Iterable[str]) -> GpuProcesses:
     """nvidia-smi's process table from its output (text or lines)."""
     return scan(output.splitlines() if isinstance(output, str) else output).gpu_processes
+
+
+def live_gpu_processes() -> GpuProcesses | None:
+    """nvidia-smi's process table on this machine now, None where nvidia-smi is missing or fails."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        result = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return read_gpu_processes(result.stdout) if result.returncode == 0 else None

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from evals.serving.doctor import Diagnosis, diagnose, diagnose_metrics, read_gpu_processes
+from evals.serving.doctor import Diagnosis, diagnose, diagnose_metrics, live_gpu_processes, read_gpu_processes
 from evals.serving.kv_pressure import read_metrics
 from evals.serving.vllm_log import log_lines, stream_lines
 from kqe.commands.guard import echo, run_guarded
@@ -36,7 +36,8 @@ def render(diagnosis: Diagnosis) -> str:
     "--nvidia-smi",
     "smi_file",
     type=click.Path(path_type=Path),
-    help="A file of `nvidia-smi` output: the processes beside vLLM are named in the advice.",
+    help="A file of `nvidia-smi` output: the processes beside vLLM are named in the advice "
+    "(default: this machine's nvidia-smi, where there is one).",
 )
 @click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON object: pattern, evidence, advice, numbers."
@@ -57,7 +58,9 @@ def doctor_command(
             diagnosis = diagnose_metrics(read_metrics(metrics_url), metrics_url)
         else:
             served = load_profile(profile) if profile else None  # a wrong name is said before the log is read
+            # without a file, this machine's nvidia-smi now: a log from here names what holds its GPU
             smi = read_gpu_processes(log_lines(smi_file, "--nvidia-smi", SMI_FIX)) if smi_file else None
+            smi = smi or live_gpu_processes()
             lines = (
                 stream_lines(sys.stdin.buffer, "standard input")
                 if logfile == "-"
