@@ -167,6 +167,7 @@ BAD_INPUTS = [
     ),
     (("plan", "--model", "gemma3-270m", "--gpu", "rtx4090", "--gpu-memory-utilization", "1.5"), ("1.5",)),
     (("plan", "--model", "gemma3-270m", "--gpu", "rtx4090", "--scheme", "awq-w9"), ("awq-w9", "awq-w4a16")),
+    (("plan", "--check-logs", "{bad}"), ("--check-logs", "no *.toml log corpus")),
     (("choose", "--leaderboard", "{bad}/leaderboard.csv", "--gpu", "rtx4090"), ("leaderboard.csv",)),
     (("choose", "--leaderboard", "missing.csv", "--gpu", "rtx4090"), ("missing.csv", "make eval")),
     (("report",), ("--leaderboard",)),

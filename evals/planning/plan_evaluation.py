@@ -13,10 +13,12 @@ from typing import Literal
 from evals.planning.vllm_memory import (
     ADVISED_SCHEMES,
     DEDICATED_UTILIZATION,
+    FITTED_OVERHEADS,
     KV_CACHE_DTYPE_BYTES,
     WEIGHT_FORMATS,
     GiB,
     KvCapacity,
+    Overheads,
     PlanRequest,
     WeightFormat,
     batched_tokens,
@@ -44,10 +46,10 @@ class Evaluation:
     fits: bool
 
 
-def evaluate(req: PlanRequest) -> Evaluation:
+def evaluate(req: PlanRequest, overheads: Overheads = FITTED_OVERHEADS) -> Evaluation:
     """Weights, overhead, KV pool and capacity, and the pattern they meet."""
     weights = weights_bytes(req.model, req.scheme, req.tensor_parallel_size)
-    overhead = sum(overhead_parts(req).values()) * GiB if req.engine == "gpu" else 0.0
+    overhead = sum(overhead_parts(req, overheads).values()) * GiB if req.engine == "gpu" else 0.0
     if req.kv_cache_gib is not None:
         kv = req.kv_cache_gib * GiB
     else:

@@ -189,7 +189,8 @@ def notes(ev: Evaluation) -> list[str]:
         parts = ", ".join(f"{name} {gib:.2f}" for name, gib in overhead_parts(req).items())
         lines.append(
             f"overhead {ev.overhead_gib:.2f} GiB per GPU is a model ({parts} GiB), not a measurement: "
-            "vLLM measures it at start-up; expect the KV cache within ±0.5 GiB of this plan"
+            "vLLM measures it at start-up; its non-torch and CUDA-graph parts are medians of real GPU "
+            "logs (`kqe plan --check-logs` shows how far plans are from them)"
         )
     if model.sliding_window and model.sliding_window_layers:
         in_flight = BATCHES_IN_FLIGHT[req.engine] * batched_tokens(req)

@@ -7,8 +7,10 @@ norms. The KV cache follows vLLM 0.32's own arithmetic (`vllm/v1/core/kv_cache_u
 grouped by attention type, capacity = whole blocks ÷ the blocks one `max_model_len` request needs.
 Hybrid models (Gemma 3: 5 of 6 layers attend to a 512-token window) keep only the window of their
 sliding layers, so their tokens per GiB depend on max_model_len. What vLLM measures at start-up
-instead of computing (activation peak, CUDA graphs, non-torch buffers) is a stated model:
-`overhead_parts`, the planner's only guess.
+instead of computing is modelled in `overhead_parts`, by vLLM release where its profiler changed: the
+activation peak (the larger of one batch through the MLP and the sampler's warm-up), CUDA graphs
+(counted in the KV budget since 0.21) and the non-torch buffers (fitted: `FITTED_OVERHEADS`).
+`evals/planning/log_check.py` checks all of it against real GPU start-up logs.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -37,15 +39,36 @@ BATCHES_IN_FLIGHT: dict[Engine, int] = {"gpu": 2, "cpu": 1}
 DEDICATED_UTILIZATION = 0.95
 """Top of the guide's 0.92–0.95 range for a GPU nothing else uses."""
 
-# The overhead model (GPU only). Published vLLM start-up logs show 0.23 GiB of non-torch memory (a 14B
-# AWQ model on one GPU) up to 1.8 GiB (Llama-3-8B on an H100, vLLM PR #10511), and about 1.8 GiB
-# more with tensor parallel 2 (NCCL, custom all-reduce buffers); the guide puts CUDA graphs at
-# 0.5–1 GB, freed by --enforce-eager. Typical values are taken; the notes say the plan's KV is ±0.5 GiB.
-NON_TORCH_GIB = 0.3
-TENSOR_PARALLEL_BUFFERS_GIB = 1.0
-CUDA_GRAPHS_GIB = 0.5
-SAMPLER_BYTES_PER_LOGIT = 8
-"""The sampler warm-up holds float32 logits and probabilities for max_num_seqs × vocab."""
+VOCAB_PADDING = 64
+"""vLLM pads the embedding and LM head rows to a multiple of 64 (`DEFAULT_VOCAB_PADDING_SIZE`)."""
+SAMPLER_LOGIT_BYTES = 4 * 4
+"""The sampler warm-up's peak per (request, vocabulary entry): float32 logits, and the float32 values
+plus int64 indices of their sort for top-k/top-p (`topk_topp_sampler.py`): 4 float32s."""
+CUDA_GRAPHS_COUNTED_SINCE = (0, 21)
+"""vLLM release from which the KV budget subtracts CUDA-graph memory (`VLLM_MEMORY_PROFILER_ESTIMATE_
+CUDAGRAPHS` on by default; its start-up message says "default since v0.21.0"); before, graphs were
+captured after the KV cache was sized, out of the utilization margin."""
+VllmEngine = Literal["v0", "v1"]
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """What vLLM measures at start-up and the planner cannot compute, GiB per GPU: the non-torch
+    memory the profile run adds (CUDA/NCCL buffers; more with tensor parallel) by engine, and the
+    CUDA-graph estimate. Fitted on the GPU log corpus: `log_check.fit_overheads` recomputes them."""
+
+    non_torch: dict[tuple[VllmEngine, bool], float]
+    """Keyed by (engine, tensor parallel > 1)."""
+    cuda_graphs: dict[bool, float]
+    """Keyed by tensor parallel > 1."""
+
+
+FITTED_OVERHEADS = Overheads(
+    non_torch={("v1", False): 0.25, ("v1", True): 2.1, ("v0", False): 0.35, ("v0", True): 1.94},
+    cuda_graphs={False: 0.84, True: 1.66},
+)
+"""Medians over the corpus's logs that state each part (`kqe plan --check-logs` reports the
+leave-one-out error); a test keeps them equal to `fit_overheads` on the shipped corpus."""
 
 KV_CACHE_DTYPE_BYTES: dict[str, int | None] = {
     "auto": None,  # the model's dtype
@@ -144,6 +167,10 @@ class PlanRequest(BaseModel):
     enable_chunked_prefill: bool = True
     max_num_batched_tokens: int | None = None
     """None: vLLM's default for the engine and GPU."""
+    vllm_version: tuple[int, int] = (0, 32)
+    """vLLM release (major, minor) whose profiler the overhead model follows."""
+    vllm_engine: VllmEngine = "v1"
+    """V0 (worker.py's profile, until 0.10) or V1 (gpu_worker.py)."""
 
     @classmethod
     def for_profile(
@@ -212,7 +239,8 @@ def weights_bytes(model: ModelSpec, scheme: str, tensor_parallel_size: int = 1) 
     linear = params * fmt.bits / 8 + channels * fmt.channel_scale_bytes
     if fmt.group_size:
         linear += params / fmt.group_size * 2
-    embeddings = model.vocab * model.hidden / tp * 2 * (1 if model.tied_embeddings else 2)
+    vocab = math.ceil(model.vocab / VOCAB_PADDING) * VOCAB_PADDING
+    embeddings = vocab * model.hidden / tp * 2 * (1 if model.tied_embeddings else 2)
     norms = (2 * model.layers + 1) * model.hidden * 2
     return model.layers * linear + embeddings + norms
 
@@ -269,6 +297,8 @@ class KvCapacity:
     num_blocks: int
     max_concurrency: float
     tokens: int
+    logged_tokens: int
+    """vLLM's "KV cache size: N tokens": whole blocks per KV cache group × block size."""
     holds_one_request: bool
     has_a_block: bool
     estimated_max_model_len: int | None
@@ -309,6 +339,7 @@ def kv_capacity(req: PlanRequest, kv_bytes: int) -> KvCapacity:
         num_blocks=num_blocks,
         max_concurrency=concurrency,
         tokens=int(concurrency * req.max_model_len),
+        logged_tokens=num_blocks // (groups.full_groups + groups.sliding_groups) * block,
         holds_one_request=holds,
         has_a_block=check > 0,
         estimated_max_model_len=estimated,
@@ -330,16 +361,18 @@ def batched_tokens(req: PlanRequest) -> int:
     return default if req.enable_chunked_prefill else max(default, req.max_model_len)
 
 
-def overhead_parts(req: PlanRequest) -> dict[str, float]:
-    """GiB per GPU besides weights and KV cache (GPU engine): the activation peak of one batch through
-    the MLP (gate/up, its activation, the residual stream), the sampler warm-up, CUDA graphs and
-    non-torch buffers. A model, not a measurement: vLLM measures these at start-up."""
+def overhead_parts(req: PlanRequest, overheads: Overheads = FITTED_OVERHEADS) -> dict[str, float]:
+    """GiB per GPU besides weights and KV cache (GPU engine) as vLLM's profile counts them: the
+    activation peak of its dummy run (one `max_num_batched_tokens` batch through the MLP, then the
+    sampler warm-up over `max_num_seqs` requests: the larger of the two, they run one after the
+    other), CUDA graphs where the release counts them, and the non-torch buffers."""
     model, tp = req.model, req.tensor_parallel_size
     per_token = (3 * model.intermediate // tp + 4 * model.hidden) * 2
-    parts = {
-        "activations": batched_tokens(req) * per_token / GiB,
-        "sampler": req.max_num_seqs * model.vocab * SAMPLER_BYTES_PER_LOGIT / GiB,
-        "cuda_graphs": 0.0 if req.enforce_eager else CUDA_GRAPHS_GIB,
-        "non_torch": NON_TORCH_GIB + (TENSOR_PARALLEL_BUFFERS_GIB if tp > 1 else 0.0),
+    forward = batched_tokens(req) * per_token
+    sampler = req.max_num_seqs * model.vocab * SAMPLER_LOGIT_BYTES
+    graphs_counted = req.vllm_version >= CUDA_GRAPHS_COUNTED_SINCE and not req.enforce_eager
+    return {
+        "activations": max(forward, sampler) / GiB,
+        "cuda_graphs": overheads.cuda_graphs[tp > 1] if graphs_counted else 0.0,
+        "non_torch": overheads.non_torch[(req.vllm_engine, tp > 1)],
     }
-    return parts

@@ -1,14 +1,19 @@
 """`kqe plan`: will a checkpoint fit a GPU under vLLM, and what will its KV cache hold? (thin shell)
 
 Settings come from the options, else from `--profile`, else from vLLM 0.32's own defaults.
+`--check-logs [DIR]` instead compares the planner with the real GPU start-up logs of a corpus
+(default: the one shipped in `evals/planning/gpu_logs/`) and the guide's RTX 4090 table.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
 
+from evals.planning.guide_check import GUIDE_TOLERANCE_PCT, GuideFigure, guide_figures
+from evals.planning.log_check import CORPUS_DIR, MEASURES, LogCheckReport, check_logs
 from evals.planning.planner import Plan, plan
 from evals.planning.vllm_memory import PlanRequest, gpu_named, load_gpus
 from kqe.commands.guard import Number, echo, run_guarded
@@ -81,6 +86,42 @@ def render(result: Plan) -> str:
     return "\n".join(lines)
 
 
+def _cell(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def render_check(report: LogCheckReport, guide: list[GuideFigure]) -> str:
+    """Planned against logged for every log, the error distribution, and the guide's table."""
+    widths, digits = {"weights_gib": 13, "kv_cache_gib": 13, "kv_cache_tokens": 19}, (2, 2, 0)
+    header = " ".join(f"{name.removesuffix('_gib'):>{widths[name]}} {'err%':>6}" for name in MEASURES)
+    lines = [f"{'log (planned/logged)':<58} {header} {'loo%':>6}"]
+    for row in report.rows:
+        cells = []
+        for measure, places in zip(MEASURES, digits, strict=True):
+            pair = f"{_cell(row.planned[measure], places)}/{_cell(row.logged[measure], places)}"
+            cells.append(f"{pair:>{widths[measure]}} {_cell(row.error_pct[measure], 2):>6}")
+        cells.append(f"{_cell(row.leave_one_out_error_pct['kv_cache_tokens'], 2):>6}")
+        lines.append(f"{row.id[:58]:<58} " + " ".join(cells))
+    lines.append(f"{report.logs} logs; planned/logged, error = (planned - logged) / logged")
+    for measure in MEASURES:
+        lines.append(
+            f"  {measure:<16} median |error| {_cell(report.median_abs_error_pct[measure], 2)}% "
+            f"(leave-one-out {_cell(report.leave_one_out_median_abs_error_pct[measure], 2)}%), "
+            f"max {_cell(report.max_abs_error_pct[measure], 2)}% ({report.worst[measure]})"
+        )
+    lines.append(
+        f"the guide's RTX 4090 table (Qwen2.5-14B, 16K; 'GB' read as GiB; ±{GUIDE_TOLERANCE_PCT:g}%):"
+    )
+    for fig in guide:
+        verdict = "within" if fig.within_tolerance else "OUTSIDE"
+        fit = "fits" if fig.fits else "does not fit"
+        lines.append(
+            f"  {fig.scheme:<12} {fig.measure:<13} guide {fig.guide:5.1f}  planned {fig.planned:6.2f}  "
+            f"{fig.distance_pct:+6.1f}% {verdict}  ({fit})"
+        )
+    return "\n".join(lines)
+
+
 @click.command("plan")
 @click.option(
     "--model", default=defaults.MODEL, show_default=True, help="Registry name, hf:org/name or a folder."
@@ -120,12 +161,29 @@ def render(result: Plan) -> str:
 @click.option(
     "--max-num-batched-tokens", type=click.IntRange(min=1), help="Tokens per step (default: vLLM's)."
 )
+@click.option(
+    "--check-logs",
+    "check_dir",
+    is_flag=False,
+    flag_value=str(CORPUS_DIR),
+    metavar="[DIR]",
+    help="Compare the planner with the real vLLM GPU logs of a corpus folder (default: the shipped one).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def plan_command(**options: Any) -> None:
     """Plan a checkpoint's vLLM memory on a GPU: weights, KV cache tokens, concurrency, the OOM
     pattern it would meet, and what to try (parameters, quantization, tensor parallel, caching)."""
 
     def action() -> None:
+        if options["check_dir"] is not None:
+            report = check_logs(Path(options["check_dir"]))
+            if options["as_json"]:
+                shape = {"logs", "median_abs_error_pct", "max_abs_error_pct", "rows"}
+                extra = {"leave_one_out_median_abs_error_pct", "worst"}
+                echo(report.model_dump_json(indent=2, include=shape | extra))
+            else:
+                echo(render_check(report, guide_figures()))
+            return
         result = plan(build_request(options))
         echo(result.to_json() if options["as_json"] else render(result))
 
