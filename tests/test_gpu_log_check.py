@@ -172,6 +172,8 @@ def test_a_folder_without_logs_is_one_line(tmp_path: Path) -> None:
         (lambda log: log.replace('scheme = "bf16"', 'scheme = "awq-w3"'), "unknown scheme"),
         (lambda log: log.replace("max_model_len = 4096", "max_model_len = 999999"), "--max-model-len"),
         (lambda log: log + "\n[[log]\n", "not readable TOML"),
+        (lambda log: log + '\n[models.m]\nsource = "x"\n', "model 'm': hub_id: field required"),
+        (lambda log: log + "\n[models.m]\nlayers = 2\n", "model 'm': say where its numbers come from"),
     ],
 )
 def test_a_log_whose_settings_cannot_be_used_is_one_line(edit, needle: str, tmp_path: Path) -> None:

@@ -48,35 +48,6 @@ _NON_TORCH = re.compile(
 _CUDA_GRAPHS = re.compile(r"Estimated CUDA graph memory: ([\d.]+) GiB")
 
 
-class CorpusModel(BaseModel):
-    """A model the registry does not hold, described by its public config (a `[models.NAME]` table)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    hub_id: str
-    source: str
-    """Where the numbers come from."""
-    layers: int
-    hidden: int
-    intermediate: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    vocab: int
-    tied_embeddings: bool
-    max_context: int
-    sliding_window: int | None = None
-    sliding_window_layers: int = 0
-
-    def spec(self, name: str) -> ModelSpec:
-        shapes = self.model_dump(include={"layers", "hidden", "intermediate", "heads", "kv_heads"})
-        count = dense_param_count(
-            **shapes, head_dim=self.head_dim, vocab=self.vocab, tied=self.tied_embeddings
-        )
-        fields = self.model_dump(exclude={"source"})
-        return ModelSpec(name=name, revision="public config", params_b=round(count / 1e9, 3), **fields)
-
-
 class LogEntry(BaseModel):
     """One vLLM start of the corpus: provenance, the settings it ran with, its memory lines."""
 
@@ -180,10 +151,22 @@ def _corpus_models(file: Path, tables: dict, registry: dict[str, ModelSpec]) -> 
     for name, fields in tables.items():
         if name in registry:
             raise UserError(f"log corpus {file}: model {name!r} is in the registry; describe it once")
-        try:
-            models[name] = CorpusModel.model_validate(fields).spec(name)
+        shape = {key: value for key, value in fields.items() if key != "source"}
+        if not isinstance(fields.get("source"), str):
+            raise UserError(
+                f"log corpus {file}: model {name!r}: say where its numbers come from (source = …)"
+            )
+        try:  # the registry's own record: the corpus states the same facts a registry entry does
+            spec = ModelSpec.model_validate(
+                {"name": name, "revision": "public config", "params_b": 0, **shape}
+            )
         except ValidationError as err:
             raise UserError(f"log corpus {file}: model {name!r}: {_first_error(err)}") from None
+        count = dense_param_count(
+            layers=spec.layers, hidden=spec.hidden, intermediate=spec.intermediate, heads=spec.heads,
+            kv_heads=spec.kv_heads, head_dim=spec.head_dim, vocab=spec.vocab, tied=spec.tied_embeddings,
+        )  # fmt: skip
+        models[name] = spec.model_copy(update={"params_b": round(count / 1e9, 3)})
     return models
 
 
