@@ -128,23 +128,24 @@ def test_eval_builds_serves_scores_ranks_and_resumes(
     assert not any(stage.startswith("serve ") for stage in stages)
     assert without_dates(board.read_text()) == without_dates(first)
 
-    # a target the base does not fit (0.3 GiB): memory planned for it, items scored through the fallback
-    # (this CPU under cpu-ci, the very stages above: no server), and every comparison kept
-    targeted = rtn_only.model_copy(update={"run": "target", "gpu_gib": 0.3, "score_profile": "cpu-ci"})
+    # a target the base does not fit (0.2 GiB, below the planner's 0.26 GiB overhead for this eager
+    # profile): memory planned for it, items scored through the fallback (this CPU under cpu-ci, the very
+    # stages above: no server), and every comparison kept
+    targeted = rtn_only.model_copy(update={"run": "target", "gpu_gib": 0.2, "score_profile": "cpu-ci"})
     base_t, rtn_t = read_leaderboard(
         run_eval(targeted, workspace, lambda what, done, total: stages.append(what))
     )
     assert base_t.fits_target is False and base_t.target_pattern and (base_t.target_shortfall_gib or 0) > 0
     assert base_t.memory_source == rtn_t.memory_source == "planner" and base_t.kv_cache_tokens == 0
     assert base_t.score_device == "cpu" and base_t.score_placement == "no GPU on this machine"
-    assert base_t.target == "0.3 GiB GPU ×1" and "--gpu-gib 0.3 --score-profile cpu-ci" in base_t.command
+    assert base_t.target == "0.2 GiB GPU ×1" and "--gpu-gib 0.2 --score-profile cpu-ci" in base_t.command
     assert (rtn_t.kmmlu_delta, rtn_t.kmmlu_ci_low, rtn_t.kmmlu_verdict) == (
         rows[3].kmmlu_delta,
         rows[3].kmmlu_ci_low,
         rows[3].kmmlu_verdict,
     )
     target_dir = board.parent / "runs" / "target"
-    assert "planned for the target (0.3 GiB GPU ×1)" in (target_dir / "report.md").read_text()
+    assert "planned for the target (0.2 GiB GPU ×1)" in (target_dir / "report.md").read_text()
     assert (target_dir / "placement.json").is_file()
     assert not any(stage.startswith("serve ") for stage in stages)
 
