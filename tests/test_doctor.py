@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from evals.planning.planner import plan
 from evals.planning.vllm_memory import PlanRequest, load_gpus
-from evals.serving.doctor import diagnose
+from evals.serving.doctor.diagnose import diagnose
 from evals.serving.serve import load_profile
 from evals.serving.vllm_log import log_lines
 from kqe.commands.doctor import doctor_command
@@ -231,7 +231,7 @@ def under_pressure(prom: str) -> str:
 
 
 def test_metrics_of_an_idle_server_show_no_pressure() -> None:
-    from evals.serving.doctor import diagnose_metrics
+    from evals.serving.doctor.diagnose import diagnose_metrics
 
     diagnosis = diagnose_metrics(text(METRICS / "tiny_cpu_after_load.prom"), "capture")
 
@@ -240,7 +240,7 @@ def test_metrics_of_an_idle_server_show_no_pressure() -> None:
 
 
 def test_metrics_with_a_full_cache_and_waiting_requests_are_pattern_b() -> None:
-    from evals.serving.doctor import diagnose_metrics
+    from evals.serving.doctor.diagnose import diagnose_metrics
 
     diagnosis = diagnose_metrics(under_pressure(text(METRICS / "tiny_cpu_after_load.prom")), "capture")
 

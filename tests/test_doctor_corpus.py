@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from evals.serving import vllm_messages
-from evals.serving.doctor import diagnose, read_gpu_processes
-from evals.serving.log_scan import scan
+from evals.serving.doctor import messages as vllm_messages
+from evals.serving.doctor.diagnose import diagnose, read_gpu_processes
+from evals.serving.doctor.log_scan import scan
 
 DATA = Path(__file__).parent / "data"
 CORPUS: list[dict[str, Any]] = tomllib.loads((DATA / "vllm_messages" / "corpus.toml").read_text())["message"]

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from evals.capacity.load import local_base_url, parse_concurrency
 from evals.reporting.leaderboard import read_leaderboard, write_leaderboard
-from evals.serving.doctor import diagnose
+from evals.serving.doctor.diagnose import diagnose
 from evals.statistics.stats import compare_files
 from kqe.core.errors import UserError
 from kqe.core.text import markdown_cell, printable

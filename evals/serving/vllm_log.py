@@ -1,6 +1,6 @@
 """A vLLM log as text: reading it line by line (`log_lines`, `stream_lines`), the line that says why a
 start failed (`telling_line`, for `ServeError`) and how long a start took (`startup_seconds`).
-`kqe doctor` scans logs with `evals/serving/log_scan.py`."""
+`kqe doctor` scans logs with `evals/serving/doctor/log_scan.py`."""
 
 from __future__ import annotations
 

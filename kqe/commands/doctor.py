@@ -8,8 +8,14 @@ from pathlib import Path
 
 import click
 
-from evals.serving.doctor import Diagnosis, diagnose, diagnose_metrics, live_gpu_processes, read_gpu_processes
-from evals.serving.kv_pressure import read_metrics
+from evals.serving.doctor.diagnose import (
+    Diagnosis,
+    diagnose,
+    diagnose_metrics,
+    live_gpu_processes,
+    read_gpu_processes,
+)
+from evals.serving.doctor.kv_pressure import read_metrics
 from evals.serving.vllm_log import log_lines, stream_lines
 from kqe.commands.guard import echo, run_guarded
 from kqe.core.errors import UserError

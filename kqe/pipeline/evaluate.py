@@ -15,7 +15,8 @@ from evals.capacity import load
 from evals.capacity import load_prompts as rag_prompts
 from evals.reporting.outcome import CheckpointOutcome
 from evals.scoring import generate, perplexity, score
-from evals.serving import doctor, serve
+from evals.serving import serve
+from evals.serving.doctor.diagnose import diagnose
 from evals.serving.memory import with_checkpoint_weights
 from evals.tasks.ko_rag import task as rag_task
 from kqe.core.errors import UserError
@@ -128,7 +129,7 @@ def _score_checkpoint(
             if not files.perplexity.exists():
                 write_record(files.perplexity, _measure_perplexity(matrix, ckpt, server))
     except serve.ServeError as exc:  # the engine would not start: say which OOM pattern, if any
-        verdict = doctor.diagnose(files.log.read_text(errors="replace"), profile).summary
+        verdict = diagnose(files.log.read_text(errors="replace"), profile).summary
         raise serve.ServeError(f"{exc}; doctor: {verdict}") from None
     return runs, memory, True
 

@@ -5,7 +5,7 @@ builds), PyTorch's CUDA allocator's, its periodic stats lines and `nvidia-smi`'s
 Each shape names the versions whose format string it follows and where that string is raised; every
 message of `tests/data/vllm_messages/corpus.toml` is one of them, with its own version and file:line.
 A space in a shape's pattern matches any run of whitespace or none, so a message the terminal wrapped
-and the scanner joined back (`evals/serving/log_scan.py`) still matches; "GiB"/"GB", a typo fixed
+and the scanner joined back (`evals/serving/doctor/log_scan.py`) still matches; "GiB"/"GB", a typo fixed
 between versions or a device name added are alternatives within one shape.
 """
 

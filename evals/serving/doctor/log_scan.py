@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from evals.serving import vllm_messages as msg
+from evals.serving.doctor import messages as msg
 from evals.serving.memory import KV_CAPACITY, MODEL_LOADING
 from kqe.core.records import ServeProfile
 

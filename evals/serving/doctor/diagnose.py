@@ -7,7 +7,7 @@ than max_model_len; D another process holds or changes the device memory. None: 
 out-of-memory failure.
 
 The messages recognised are those of vLLM 0.5 to 0.32 and PyTorch's CUDA allocator
-(`evals/serving/vllm_messages.py`, each kept with its version and source in
+(`evals/serving/doctor/messages.py`, each kept with its version and source in
 `tests/data/vllm_messages/corpus.toml`). When a start shows several patterns, the one that appeared
 first is the cause; the others are listed after it, in the order they appeared.
 """
@@ -21,11 +21,11 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from evals.serving import doctor_judges as judge
-from evals.serving import vllm_messages as msg
-from evals.serving.doctor_judges import Finding, Pattern
-from evals.serving.kv_pressure import kv_pressure, metrics_finding
-from evals.serving.log_scan import EVIDENCE_CHARS, Event, GpuProcesses, Start, scan
+from evals.serving.doctor import judges as judge
+from evals.serving.doctor import messages as msg
+from evals.serving.doctor.judges import Finding, Pattern
+from evals.serving.doctor.kv_pressure import kv_pressure, metrics_finding
+from evals.serving.doctor.log_scan import EVIDENCE_CHARS, Event, GpuProcesses, Start, scan
 from kqe.core.records import Record, ServeProfile
 
 

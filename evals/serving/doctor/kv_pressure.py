@@ -8,8 +8,8 @@ import math
 
 import httpx
 
-from evals.serving.doctor_judges import DEDICATED_UTILIZATION, Finding, number
-from evals.serving.log_scan import PRESSURE_USAGE, Event, GpuProcesses, Start
+from evals.serving.doctor.judges import DEDICATED_UTILIZATION, Finding, number
+from evals.serving.doctor.log_scan import PRESSURE_USAGE, Event, GpuProcesses, Start
 from evals.serving.memory import KV_CAPACITY
 from evals.serving.vllm_metrics import kv_gauges
 from kqe.core.errors import UserError

@@ -9,8 +9,8 @@ import math
 import re
 from typing import Literal, NamedTuple
 
-from evals.serving import vllm_messages as msg
-from evals.serving.log_scan import Event, GpuProcesses, Start
+from evals.serving.doctor import messages as msg
+from evals.serving.doctor.log_scan import Event, GpuProcesses, Start
 from evals.serving.memory import KV_CAPACITY, MODEL_LOADING
 
 Pattern = Literal["A", "B", "C", "D"]
