@@ -235,7 +235,7 @@ def test_mc_choices_are_four_distinct_with_abstention_and_stable(user_data: Path
     [
         (" 5년입니다.\n", ["5년"], True, True, 1.0),
         ("국민에게", ["국민"], True, True, 1.0),
-        ("대통령의 임기는 5년이다", ["5년"], True, False, 2 / 3),
+        ("대통령의 임기는 5년이다", ["5년"], True, False, 0.5),
         ("apt-get", ["apt-get"], True, True, 1.0),
         ("Bullseye", ["bullseye"], True, True, 1.0),
         ("답할 수 없음", ["5년"], True, False, 0.0),

@@ -204,9 +204,10 @@ class LeaderboardRow(Record):
     """Upper end of that CI."""
     # ko_rag columns
     ko_rag_f1_1k: float | None = None
-    """ko_rag mean answer F1 over morphemes, fraction, at the 1k context (1,024 tokens with the answer)."""
+    """ko_rag mean answer F1 (number-exact, over morphemes) on answerable questions, fraction, at the
+    1k context (1,024 tokens with the answer)."""
     ko_rag_em_1k: float | None = None
-    """ko_rag exact-match share, fraction, at the 1k context."""
+    """ko_rag exact-match share on answerable questions, fraction, at the 1k context."""
     ko_rag_f1_delta_1k: float | None = None
     """ko_rag F1 minus the base's on the same items at 1k, fraction; empty on the base row."""
     ko_rag_f1_ci_low_1k: float | None = None
@@ -214,9 +215,10 @@ class LeaderboardRow(Record):
     ko_rag_f1_ci_high_1k: float | None = None
     """Upper end of that CI."""
     ko_rag_f1_2k: float | None = None
-    """ko_rag mean answer F1 over morphemes, fraction, at the 2k context (2,048 tokens with the answer)."""
+    """ko_rag mean answer F1 (number-exact, over morphemes) on answerable questions, fraction, at the
+    2k context (2,048 tokens with the answer)."""
     ko_rag_em_2k: float | None = None
-    """ko_rag exact-match share, fraction, at the 2k context."""
+    """ko_rag exact-match share on answerable questions, fraction, at the 2k context."""
     ko_rag_f1_delta_2k: float | None = None
     """ko_rag F1 minus the base's on the same items at 2k, fraction; empty on the base row."""
     ko_rag_f1_ci_low_2k: float | None = None
@@ -224,9 +226,10 @@ class LeaderboardRow(Record):
     ko_rag_f1_ci_high_2k: float | None = None
     """Upper end of that CI."""
     ko_rag_f1_4k: float | None = None
-    """ko_rag mean answer F1 over morphemes, fraction, at the 4k context (4,096 tokens with the answer)."""
+    """ko_rag mean answer F1 (number-exact, over morphemes) on answerable questions, fraction, at the
+    4k context (4,096 tokens with the answer)."""
     ko_rag_em_4k: float | None = None
-    """ko_rag exact-match share, fraction, at the 4k context."""
+    """ko_rag exact-match share on answerable questions, fraction, at the 4k context."""
     ko_rag_f1_delta_4k: float | None = None
     """ko_rag F1 minus the base's on the same items at 4k, fraction; empty on the base row."""
     ko_rag_f1_ci_low_4k: float | None = None
@@ -234,9 +237,10 @@ class LeaderboardRow(Record):
     ko_rag_f1_ci_high_4k: float | None = None
     """Upper end of that CI."""
     ko_rag_f1_16k: float | None = None
-    """ko_rag mean answer F1 over morphemes, fraction, at the 16k context (16,384 tokens with the answer)."""
+    """ko_rag mean answer F1 (number-exact, over morphemes) on answerable questions, fraction, at the
+    16k context (16,384 tokens with the answer)."""
     ko_rag_em_16k: float | None = None
-    """ko_rag exact-match share, fraction, at the 16k context."""
+    """ko_rag exact-match share on answerable questions, fraction, at the 16k context."""
     ko_rag_f1_delta_16k: float | None = None
     """ko_rag F1 minus the base's on the same items at 16k, fraction; empty on the base row."""
     ko_rag_f1_ci_low_16k: float | None = None
@@ -246,7 +250,7 @@ class LeaderboardRow(Record):
     ko_rag_hangul: float | None = None
     """ko_rag mean share of Hangul among the letters of the generated answers, fraction (1.0 = Korean)."""
     ko_rag_abstain: float | None = None
-    """ko_rag share of unanswerable questions answered with the abstention phrase, fraction."""
+    """ko_rag share of unanswerable questions whose answer abstains (any common Korean phrasing), fraction."""
     ko_rag_mc_acc: float | None = None
     """ko_rag multiple-choice accuracy (log-probs of the letters) over every scored length, fraction."""
     ko_rag_skipped: str | None = None

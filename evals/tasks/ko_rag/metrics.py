@@ -1,17 +1,23 @@
 """Scores of generated Korean answers, and the ko_rag leaderboard cells per context length.
 
-An answer is normalised to its Kiwi morphemes without particles, endings, copula and punctuation
-(`korean.answer_morphemes`), so "5년입니다." matches "5년" exactly and "국민에게" shares "국민"
-with "국민". Exact match (EM) compares those sequences; F1 is the SQuAD-style overlap of the two bags
-of morphemes. Against several accepted answers the best one counts. A question the documents do not
-answer is right (EM = F1 = 1) exactly when the answer abstains, i.e. contains the stem of the ABSTAIN
-phrase the instruction asks for ("답할 수 없", spacing ignored: "답할 수 없음", "답할 수 없습니다");
-an answerable question answered so scores 0.
+An answer is normalised by `normalise.normalise`: numbers with their units, dates, fractions and
+command-line options become exact spans (both date spellings and Korean number words rewritten to one
+form), the rest Kiwi morphemes without particles, endings, copula and punctuation, so "5년입니다."
+matches "5년" exactly and "국민에게" shares "국민" with "국민". Against one accepted answer:
+
+- a prediction that lacks any of the reference's exact spans scores 0 (EM, F1 and character F1):
+  "5년" for "4년", "--remove" for "--purge", "제63조" for "제71조" get no credit for the shared rest;
+- EM: the same list items, in any order ("국회의장과 대법원장" = "대법원장, 국회의장");
+- F1: SQuAD-style overlap of the two bags of tokens; character F1 the same over their characters
+  (a secondary score that forgives Kiwi cutting one word two ways).
+
+Against several accepted answers the best one counts. Abstention is `abstention.abstains`; an
+answerable question answered so scores 0, and an unanswerable one is right (EM = F1 = 1) exactly when
+the answer abstains. `RagTotals` reports answerable F1/EM apart from abstention precision and recall.
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,14 +25,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from evals.statistics.stats import BOOTSTRAP_RESAMPLES, SEED, percentile_ci
+from evals.tasks.ko_rag.abstention import abstains
 from evals.tasks.ko_rag.context import ABSTAIN
-from evals.tasks.ko_rag.korean import answer_morphemes, hangul_share
+from evals.tasks.ko_rag.korean import hangul_share
+from evals.tasks.ko_rag.normalise import Normalised, normalise
 from evals.tasks.ko_rag.task import LENGTHS, MC_TASK, TASK
 from kqe.core.results import ItemResult
-
-_SPACE = re.compile(r"\s+")
-ABSTAIN_STEM = _SPACE.sub("", ABSTAIN)[:-1]
-"""ABSTAIN without spaces and its last syllable, so any ending of "답할 수 없-" counts."""
 
 
 @dataclass(frozen=True)
@@ -35,18 +39,15 @@ class AnswerScore:
 
     exact: bool
     f1: float
+    char_f1: float
+    """F1 over the characters of the normalised tokens (secondary score)."""
     hangul_share: float | None
     """Share of Hangul among the answer's letters; None when it has no letters."""
     abstained: bool
 
 
-def abstains(text: str) -> bool:
-    """Whether an answer says it cannot answer (ABSTAIN_STEM, spacing ignored)."""
-    return ABSTAIN_STEM in _SPACE.sub("", text)
-
-
-def token_f1(prediction: list[str], reference: list[str]) -> float:
-    """Overlap F1 of two bags of morphemes (0 when either is empty)."""
+def token_f1(prediction: Sequence[str], reference: Sequence[str]) -> float:
+    """Overlap F1 of two bags of tokens (0 when either is empty)."""
     common = sum((Counter(prediction) & Counter(reference)).values())
     if not prediction or not reference or common == 0:
         return 0.0
@@ -54,20 +55,69 @@ def token_f1(prediction: list[str], reference: list[str]) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
+def _against(predicted: Normalised, reference: Normalised) -> tuple[bool, float, float]:
+    """(EM, F1, character F1) of one prediction against one accepted answer."""
+    if not Counter(reference.exact) <= Counter(predicted.exact):
+        return False, 0.0, 0.0
+    exact = bool(predicted.items) and sorted(predicted.items) == sorted(reference.items)
+    chars = token_f1(list("".join(predicted.tokens)), list("".join(reference.tokens)))
+    return exact, token_f1(predicted.tokens, reference.tokens), chars
+
+
 def score_answer(text: str, answers: Sequence[str], answerable: bool) -> AnswerScore:
-    """EM, F1 and Hangul share of a generated answer (stripped) against the accepted answers."""
+    """EM, F1, character F1 and Hangul share of a generated answer (stripped) against the accepted
+    answers."""
     answer = text.strip()
     abstained = abstains(answer)
     share = hangul_share(answer)
     if not answerable:
-        return AnswerScore(abstained, float(abstained), share, abstained)
+        return AnswerScore(abstained, float(abstained), float(abstained), share, abstained)
     if abstained:
-        return AnswerScore(False, 0.0, share, True)
-    predicted = answer_morphemes(answer)
-    references = [answer_morphemes(reference) for reference in answers]
-    exact = any(predicted and predicted == reference for reference in references)
-    f1 = max(token_f1(predicted, reference) for reference in references)
-    return AnswerScore(exact, f1, share, False)
+        return AnswerScore(False, 0.0, 0.0, share, True)
+    predicted = normalise(answer)
+    scores = [_against(predicted, normalise(reference)) for reference in answers]
+    return AnswerScore(
+        any(score[0] for score in scores), max(s[1] for s in scores), max(s[2] for s in scores), share, False
+    )
+
+
+@dataclass(frozen=True)
+class RagTotals:
+    """Totals over scored answers: answerable questions apart from abstention."""
+
+    answerable: int
+    em: float | None
+    """Exact-match share over answerable questions; None without any."""
+    f1: float | None
+    char_f1: float | None
+    unanswerable: int
+    abstained: int
+    """Answers that abstained, on any question."""
+    abstain_precision: float | None
+    """Share of the abstentions that were on unanswerable questions; None when none abstained."""
+    abstain_recall: float | None
+    """Share of the unanswerable questions the answer abstained on; None without any."""
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return float(np.mean(values)) if values else None
+
+
+def totals(scored: Sequence[tuple[AnswerScore, bool]]) -> RagTotals:
+    """`RagTotals` of (score, answerable) pairs."""
+    answered = [score for score, answerable in scored if answerable]
+    unanswerable = [score for score, answerable in scored if not answerable]
+    abstained = [answerable for score, answerable in scored if score.abstained]
+    return RagTotals(
+        answerable=len(answered),
+        em=_mean([float(s.exact) for s in answered]),
+        f1=_mean([s.f1 for s in answered]),
+        char_f1=_mean([s.char_f1 for s in answered]),
+        unanswerable=len(unanswerable),
+        abstained=len(abstained),
+        abstain_precision=_mean([float(not answerable) for answerable in abstained]),
+        abstain_recall=_mean([float(s.abstained) for s in unanswerable]),
+    )
 
 
 def length_of(item_id: str) -> str:
@@ -102,10 +152,12 @@ def leaderboard_cells(
     skipped: dict[str, str],
 ) -> dict[str, float | str | None]:
     """The `ko_rag_*` leaderboard cells of one checkpoint: F1, EM and (against the base, on the same
-    items) ΔF1 with a paired bootstrap 95% CI per length; Hangul share, abstention on unanswerable
-    questions and multiple-choice accuracy over all scored lengths; the lengths skipped and why."""
+    items) ΔF1 with a paired bootstrap 95% CI per length, over answerable questions only; Hangul
+    share, abstention on unanswerable questions and multiple-choice accuracy over all scored
+    lengths; the lengths skipped and why."""
     cells: dict[str, float | str | None] = {}
-    ours, theirs = _by_length(items), _by_length(base_items or [])
+    ours = _by_length([item for item in items if item.reference != ABSTAIN])
+    theirs = _by_length([item for item in base_items or [] if item.reference != ABSTAIN])
     for label in LENGTHS:
         scored = ours.get(label, {})
         f1 = np.array([item.f1 or 0.0 for item in scored.values()])
@@ -119,7 +171,7 @@ def leaderboard_cells(
             cells |= {f"ko_rag_f1_ci_low_{label}": low, f"ko_rag_f1_ci_high_{label}": high}
     shares = [item.hangul_share for item in items if item.hangul_share is not None]
     cells["ko_rag_hangul"] = float(np.mean(shares)) if shares else None
-    unanswerable = [item for item in items if item.reference == ABSTAIN]
+    unanswerable = [item for item in items if item.reference == ABSTAIN]  # `correct`: it abstained
     cells["ko_rag_abstain"] = float(np.mean([i.correct for i in unanswerable])) if unanswerable else None
     cells["ko_rag_mc_acc"] = float(np.mean([i.correct for i in choice_items])) if choice_items else None
     cells["ko_rag_skipped"] = "; ".join(f"{label}: {why}" for label, why in skipped.items()) or None
