@@ -4,11 +4,15 @@ answerable totals apart from abstention precision and recall."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from evals.tasks.ko_rag import metrics as rag_metrics
 from evals.tasks.ko_rag.abstention import abstains
 from evals.tasks.ko_rag.normalise import normalise
+from tests.test_cli_errors import assert_one_line_error, run_kqe
 
 
 @pytest.mark.parametrize(
@@ -133,3 +137,67 @@ def test_leaderboard_f1_and_em_leave_unanswerable_questions_out() -> None:
     cells = rag_metrics.leaderboard_cells(answered + declined, answered + declined, [], {})
     assert cells["ko_rag_f1_1k"] == 0.5 and cells["ko_rag_em_1k"] == 0.0
     assert cells["ko_rag_abstain"] == 1.0 and cells["ko_rag_f1_delta_1k"] == 0.0
+
+
+DATA = Path(__file__).resolve().parent / "data" / "ko_rag"
+
+
+def _answers(tmp_path: Path, *lines: str) -> Path:
+    path = tmp_path / "answers.jsonl"
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def test_rag_score_prints_items_and_totals(tmp_path: Path) -> None:
+    path = _answers(
+        tmp_path,
+        '{"id": "q3", "answer": "2030. 1. 1.", "question": "ignored"}',
+        '{"id": "q2", "answer": "4년"}',
+        '{"id": "q6", "answer": "문서에 나와 있지 않습니다."}',
+    )
+    result = run_kqe("rag", "score", str(path), "--json", "--rag-data", str(DATA), cwd=tmp_path,
+                     home=tmp_path / "home")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    body = json.loads(result.stdout)
+    scores = {item["id"]: (item["exact"], item["f1"], item["abstained"]) for item in body["items"]}
+    assert scores == {"q3": (True, 1.0, False), "q2": (False, 0.0, False), "q6": (True, 1.0, True)}
+    totals = body["totals"]
+    assert (totals["answerable"], totals["em"], totals["abstain_recall"]) == (2, 0.5, 1.0)
+    assert body["unanswered"] == ["q1", "q4", "q5"]
+    text = run_kqe("rag", "score", str(path), "--rag-data", str(DATA), cwd=tmp_path, home=tmp_path / "home")
+    assert text.returncode == 0 and "answerable (2): EM 50.0%" in text.stdout
+    assert "3 of its questions have no answer line" in text.stdout
+
+
+@pytest.mark.parametrize(
+    ("lines", "needles"),
+    [
+        (('{"id": "q1", "answer": "x"',), ("answers.jsonl:1: not JSON",)),
+        (('{"id": "q1"}',), ("answers.jsonl:1:", "'answer' must be a string")),
+        (('["q1", "x"]',), ("answers.jsonl:1: not a JSON object",)),
+        (
+            ('{"id": "q1", "answer": "x"}', '{"id": "q9", "answer": "x"}'),
+            ("answers.jsonl:2:", "'q9'", "q1, q2"),
+        ),
+        (('{"id": "q1", "answer": "x"}', '{"id": "q1", "answer": "y"}'), ("'q1' already used on line 1",)),
+        (("",), ("holds no answers",)),
+    ],
+)
+def test_rag_score_bad_answers_are_one_line(
+    lines: tuple[str, ...], needles: tuple[str, ...], tmp_path: Path
+) -> None:
+    path = _answers(tmp_path, *lines)
+    result = run_kqe("rag", "score", str(path), "--rag-data", str(DATA), cwd=tmp_path, home=tmp_path / "home")
+    assert_one_line_error(result, *needles)
+
+
+def test_rag_score_missing_files_are_one_line(tmp_path: Path) -> None:
+    result = run_kqe(
+        "rag", "score", "nowhere.jsonl", "--rag-data", str(DATA), cwd=tmp_path, home=tmp_path / "h"
+    )
+    assert_one_line_error(result, "nowhere.jsonl not found")
+    path = _answers(tmp_path, '{"id": "q1", "answer": "x"}')
+    result = run_kqe(
+        "rag", "score", str(path), "--rag-data", str(tmp_path / "no"), cwd=tmp_path, home=tmp_path / "h"
+    )
+    assert_one_line_error(result, "docs.jsonl not found")

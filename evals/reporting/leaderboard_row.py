@@ -204,8 +204,7 @@ class LeaderboardRow(Record):
     """Upper end of that CI."""
     # ko_rag columns
     ko_rag_f1_1k: float | None = None
-    """ko_rag mean answer F1 (number-exact, over morphemes) on answerable questions, fraction, at the
-    1k context (1,024 tokens with the answer)."""
+    """ko_rag number-exact answer F1 on answerable questions, fraction, at 1k (1,024 tokens in all)."""
     ko_rag_em_1k: float | None = None
     """ko_rag exact-match share on answerable questions, fraction, at the 1k context."""
     ko_rag_f1_delta_1k: float | None = None
@@ -215,8 +214,7 @@ class LeaderboardRow(Record):
     ko_rag_f1_ci_high_1k: float | None = None
     """Upper end of that CI."""
     ko_rag_f1_2k: float | None = None
-    """ko_rag mean answer F1 (number-exact, over morphemes) on answerable questions, fraction, at the
-    2k context (2,048 tokens with the answer)."""
+    """ko_rag number-exact answer F1 on answerable questions, fraction, at 2k (2,048 tokens in all)."""
     ko_rag_em_2k: float | None = None
     """ko_rag exact-match share on answerable questions, fraction, at the 2k context."""
     ko_rag_f1_delta_2k: float | None = None
@@ -226,8 +224,7 @@ class LeaderboardRow(Record):
     ko_rag_f1_ci_high_2k: float | None = None
     """Upper end of that CI."""
     ko_rag_f1_4k: float | None = None
-    """ko_rag mean answer F1 (number-exact, over morphemes) on answerable questions, fraction, at the
-    4k context (4,096 tokens with the answer)."""
+    """ko_rag number-exact answer F1 on answerable questions, fraction, at 4k (4,096 tokens in all)."""
     ko_rag_em_4k: float | None = None
     """ko_rag exact-match share on answerable questions, fraction, at the 4k context."""
     ko_rag_f1_delta_4k: float | None = None
@@ -237,8 +234,7 @@ class LeaderboardRow(Record):
     ko_rag_f1_ci_high_4k: float | None = None
     """Upper end of that CI."""
     ko_rag_f1_16k: float | None = None
-    """ko_rag mean answer F1 (number-exact, over morphemes) on answerable questions, fraction, at the
-    16k context (16,384 tokens with the answer)."""
+    """ko_rag number-exact answer F1 on answerable questions, fraction, at 16k (16,384 tokens in all)."""
     ko_rag_em_16k: float | None = None
     """ko_rag exact-match share on answerable questions, fraction, at the 16k context."""
     ko_rag_f1_delta_16k: float | None = None
