@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 
 from evals.scoring.score import ChoiceTokenizer
+from evals.tasks.ko_rag import answer_score
 from evals.tasks.ko_rag import context as rag_context
 from evals.tasks.ko_rag import docs as rag_docs
 from evals.tasks.ko_rag import metrics as rag_metrics
 from evals.tasks.ko_rag import task as rag_task
+from evals.tasks.ko_rag.choices import mc_choices
 from evals.tasks.ko_rag.retrieval import Bm25, Retriever, recall_at_k
 from evals.tasks.prompts import TASKS_DIR
 from kqe.core.errors import UserError
@@ -222,12 +224,13 @@ def test_contexts_fill_the_budget_in_tokens_and_skip_what_does_not_fit(
 
 
 def test_mc_choices_are_four_distinct_with_abstention_and_stable(user_data: Path) -> None:
-    questions = rag_task.load_source(Workspace.from_env(), user_data).questions
-    for question in questions:
-        choices, gold = rag_context.mc_choices(question, questions, seed=3)
+    source = rag_task.load_source(Workspace.from_env(), user_data)
+    texts = {passage.id: passage.text for passage in source.passages}
+    for question in source.questions:
+        choices, gold = mc_choices(question, source.questions, texts, seed=3)
         assert len(set(choices)) == 4 and rag_context.ABSTAIN in choices
         assert choices[gold] == (question.answers[0] if question.answerable else rag_context.ABSTAIN)
-        assert rag_context.mc_choices(question, questions, seed=3) == (choices, gold)
+        assert mc_choices(question, source.questions, texts, seed=3) == (choices, gold)
 
 
 @pytest.mark.parametrize(
@@ -248,15 +251,15 @@ def test_mc_choices_are_four_distinct_with_abstention_and_stable(user_data: Path
 def test_answers_are_scored_on_korean_morphemes(
     text: str, answers: list[str], answerable: bool, exact: bool, f1: float
 ) -> None:
-    score = rag_metrics.score_answer(text, answers, answerable)
+    score = answer_score.score_answer(text, answers, answerable)
     assert (score.exact, score.f1) == (exact, pytest.approx(f1))
 
 
 def test_hangul_share_tells_korean_answers_from_others() -> None:
-    assert rag_metrics.score_answer("국민", ["국민"], True).hangul_share == 1.0
-    assert rag_metrics.score_answer("the people", ["국민"], True).hangul_share == 0.0
-    assert rag_metrics.score_answer("apt 명령", ["apt"], True).hangul_share == pytest.approx(2 / 5)
-    assert rag_metrics.score_answer("1948", ["1948"], True).hangul_share is None
+    assert answer_score.score_answer("국민", ["국민"], True).hangul_share == 1.0
+    assert answer_score.score_answer("the people", ["국민"], True).hangul_share == 0.0
+    assert answer_score.score_answer("apt 명령", ["apt"], True).hangul_share == pytest.approx(2 / 5)
+    assert answer_score.score_answer("1948", ["1948"], True).hangul_share is None
 
 
 def _item(question: str, length: str, f1: float, reference: str = "답") -> ItemResult:

@@ -7,10 +7,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from evals.tasks.ko_rag import answer_score
 from evals.tasks.ko_rag import metrics as rag_metrics
 from evals.tasks.ko_rag.abstention import abstains
+from evals.tasks.ko_rag.context import ABSTAIN
 from evals.tasks.ko_rag.normalise import normalise
 from tests.test_cli_errors import assert_one_line_error, run_kqe
 
@@ -32,9 +35,9 @@ from tests.test_cli_errors import assert_one_line_error, run_kqe
     ],
 )
 def test_a_wrong_digit_unit_or_option_scores_zero(prediction: str, gold: str) -> None:
-    score = rag_metrics.score_answer(prediction, [gold], answerable=True)
+    score = answer_score.score_answer(prediction, [gold], answerable=True)
     assert (score.exact, score.f1, score.char_f1) == (False, 0.0, 0.0)
-    assert rag_metrics.score_answer(gold, [gold], answerable=True).exact  # the gold itself is EM 1
+    assert answer_score.score_answer(gold, [gold], answerable=True).exact  # the gold itself is EM 1
 
 
 @pytest.mark.parametrize(
@@ -57,21 +60,21 @@ def test_a_wrong_digit_unit_or_option_scores_zero(prediction: str, gold: str) ->
     ],
 )
 def test_equivalent_spellings_and_list_orders_are_exact(prediction: str, gold: str) -> None:
-    score = rag_metrics.score_answer(prediction, [gold], answerable=True)
+    score = answer_score.score_answer(prediction, [gold], answerable=True)
     assert (score.exact, score.f1, score.char_f1) == (True, 1.0, 1.0)
 
 
 def test_the_rest_of_a_right_number_answer_still_earns_partial_credit() -> None:
-    score = rag_metrics.score_answer("대통령의 임기는 5년이다", ["5년"], answerable=True)
+    score = answer_score.score_answer("대통령의 임기는 5년이다", ["5년"], answerable=True)
     assert not score.exact and score.f1 == pytest.approx(0.5)  # 대통령, 임기, 5년 against 5년
     assert 0 < score.char_f1 < 1
     assert normalise("대통령의 임기는 5년이다").exact == ("5년",)
-    near = rag_metrics.score_answer("국회 의장", ["국회의장"], answerable=True)
+    near = answer_score.score_answer("국회 의장", ["국회의장"], answerable=True)
     assert near.exact  # Kiwi cuts both into 국회 + 의장
 
 
 def test_list_order_is_free_but_list_content_is_not() -> None:
-    assert not rag_metrics.score_answer("국회의장", ["국회의장과 대법원장"], answerable=True).exact
+    assert not answer_score.score_answer("국회의장", ["국회의장과 대법원장"], answerable=True).exact
     assert normalise("국회의장과 대법원장").items == (("국회", "의장"), ("대법원장",))
 
 
@@ -101,39 +104,39 @@ NOT_ABSTENTIONS = [
 @pytest.mark.parametrize("text", ABSTENTIONS)
 def test_common_korean_abstentions_are_detected(text: str) -> None:
     assert abstains(text)
-    assert rag_metrics.score_answer(text, [], answerable=False).exact
-    assert rag_metrics.score_answer(text, ["5년"], answerable=True).f1 == 0.0
+    assert answer_score.score_answer(text, [], answerable=False).exact
+    assert answer_score.score_answer(text, ["5년"], answerable=True).f1 == 0.0
 
 
 @pytest.mark.parametrize("text", NOT_ABSTENTIONS)
 def test_sentences_merely_containing_an_abstention_phrase_are_answers(text: str) -> None:
     assert not abstains(text)
-    assert not rag_metrics.score_answer(text, [], answerable=False).exact
+    assert not answer_score.score_answer(text, [], answerable=False).exact
 
 
 def test_totals_keep_answerable_scores_apart_from_abstention() -> None:
     scored = [
-        (rag_metrics.score_answer("5년", ["5년"], True), True),
-        (rag_metrics.score_answer("답할 수 없음", ["4년"], True), True),
-        (rag_metrics.score_answer("답할 수 없음", [], False), False),
-        (rag_metrics.score_answer("4년", [], False), False),
+        (answer_score.score_answer("5년", ["5년"], True), True),
+        (answer_score.score_answer("답할 수 없음", ["4년"], True), True),
+        (answer_score.score_answer("답할 수 없음", [], False), False),
+        (answer_score.score_answer("4년", [], False), False),
     ]
-    totals = rag_metrics.totals(scored)
+    totals = answer_score.totals(scored)
     assert (totals.answerable, totals.em, totals.f1) == (2, 0.5, 0.5)
     assert (totals.unanswerable, totals.abstained) == (2, 2)
     assert totals.abstain_precision == 0.5 and totals.abstain_recall == 0.5
-    always = rag_metrics.totals([(rag_metrics.score_answer("알 수 없음", a, bool(a)), bool(a)) for a in
+    always = answer_score.totals([(answer_score.score_answer("알 수 없음", a, bool(a)), bool(a)) for a in
                                  (["5년"], ["4년"], [])])  # fmt: skip
     assert always.em == 0.0 and always.abstain_recall == 1.0
     assert always.abstain_precision == pytest.approx(1 / 3)
-    assert rag_metrics.totals([]).em is None
+    assert answer_score.totals([]).em is None
 
 
 def test_leaderboard_f1_and_em_leave_unanswerable_questions_out() -> None:
     from tests.test_ko_rag import _item
 
     answered = [_item(f"q{i}", "1k", 0.5) for i in range(4)]
-    declined = [_item(f"u{i}", "1k", 1.0, reference=rag_metrics.ABSTAIN) for i in range(4)]
+    declined = [_item(f"u{i}", "1k", 1.0, reference=ABSTAIN) for i in range(4)]
     cells = rag_metrics.leaderboard_cells(answered + declined, answered + declined, [], {})
     assert cells["ko_rag_f1_1k"] == 0.5 and cells["ko_rag_em_1k"] == 0.0
     assert cells["ko_rag_abstain"] == 1.0 and cells["ko_rag_f1_delta_1k"] == 0.0
@@ -201,3 +204,17 @@ def test_rag_score_missing_files_are_one_line(tmp_path: Path) -> None:
         "rag", "score", str(path), "--rag-data", str(tmp_path / "no"), cwd=tmp_path, home=tmp_path / "h"
     )
     assert_one_line_error(result, "docs.jsonl not found")
+
+
+def test_delta_ci_resamples_whole_passages() -> None:
+    """Ten questions on one passage that all lost, ten on others that did not: the passage is one unit
+    of evidence, so its CI is wider than the one that counts twenty independent questions."""
+    differences = np.array([-1.0] * 10 + [0.0] * 10)
+    one_passage = ["constitution/art-47"] * 10 + [f"p{i}" for i in range(10)]
+    low, high = rag_metrics.paired_mean_ci(differences, one_passage, resamples=4000)
+    item_low, item_high = rag_metrics.paired_mean_ci(
+        differences, [f"q{i}" for i in range(20)], resamples=4000
+    )
+    assert low <= -0.5 <= high and item_low <= -0.5 <= item_high
+    assert high - low > 1.5 * (item_high - item_low)
+    assert rag_metrics.paired_mean_ci(differences, one_passage, resamples=4000) == (low, high)  # seeded

@@ -210,7 +210,7 @@ class LeaderboardRow(Record):
     ko_rag_f1_delta_1k: float | None = None
     """ko_rag F1 minus the base's on the same items at 1k, fraction; empty on the base row."""
     ko_rag_f1_ci_low_1k: float | None = None
-    """Lower end of the paired bootstrap 95% CI of ko_rag_f1_delta_1k (questions resampled)."""
+    """Lower end of the paired bootstrap 95% CI of ko_rag_f1_delta_1k (gold passages resampled)."""
     ko_rag_f1_ci_high_1k: float | None = None
     """Upper end of that CI."""
     ko_rag_f1_2k: float | None = None
@@ -220,7 +220,7 @@ class LeaderboardRow(Record):
     ko_rag_f1_delta_2k: float | None = None
     """ko_rag F1 minus the base's on the same items at 2k, fraction; empty on the base row."""
     ko_rag_f1_ci_low_2k: float | None = None
-    """Lower end of the paired bootstrap 95% CI of ko_rag_f1_delta_2k (questions resampled)."""
+    """Lower end of the paired bootstrap 95% CI of ko_rag_f1_delta_2k (gold passages resampled)."""
     ko_rag_f1_ci_high_2k: float | None = None
     """Upper end of that CI."""
     ko_rag_f1_4k: float | None = None
@@ -230,7 +230,7 @@ class LeaderboardRow(Record):
     ko_rag_f1_delta_4k: float | None = None
     """ko_rag F1 minus the base's on the same items at 4k, fraction; empty on the base row."""
     ko_rag_f1_ci_low_4k: float | None = None
-    """Lower end of the paired bootstrap 95% CI of ko_rag_f1_delta_4k (questions resampled)."""
+    """Lower end of the paired bootstrap 95% CI of ko_rag_f1_delta_4k (gold passages resampled)."""
     ko_rag_f1_ci_high_4k: float | None = None
     """Upper end of that CI."""
     ko_rag_f1_16k: float | None = None
@@ -240,7 +240,7 @@ class LeaderboardRow(Record):
     ko_rag_f1_delta_16k: float | None = None
     """ko_rag F1 minus the base's on the same items at 16k, fraction; empty on the base row."""
     ko_rag_f1_ci_low_16k: float | None = None
-    """Lower end of the paired bootstrap 95% CI of ko_rag_f1_delta_16k (questions resampled)."""
+    """Lower end of the paired bootstrap 95% CI of ko_rag_f1_delta_16k (gold passages resampled)."""
     ko_rag_f1_ci_high_16k: float | None = None
     """Upper end of that CI."""
     ko_rag_hangul: float | None = None

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from evals.tasks.ko_rag.metrics import AnswerScore, RagTotals, score_answer, totals
+from evals.tasks.ko_rag.answer_score import AnswerScore, RagTotals, score_answer, totals
 from evals.tasks.ko_rag.questions import Question
 from evals.tasks.ko_rag.user_files import read_entries
 from kqe.core.errors import UserError

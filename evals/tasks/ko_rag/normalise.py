@@ -12,12 +12,13 @@ to one; "N분의 M" to "M/N"; 퍼센트 to %), then cut into *exact spans* and o
   `50%`, `1000` (thousands commas dropped).
 
 An exact span is one token, so a different digit or unit is a different token; the scorer then gives
-F1 0 when the prediction lacks any of the reference's exact spans (`metrics.score_answer`). The text
+F1 0 when the prediction lacks any of the reference's exact spans (`answer_score.score_answer`). The text
 between spans goes through Kiwi (`korean.answer_tokens`): particles, endings and punctuation dropped.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from evals.tasks.ko_rag.korean import answer_tokens
 UNITS = (
     "개월", "주일", "시간", "가지", "차례", "사람", "퍼센트", "년", "월", "일", "세", "살", "명", "번", "회",
     "차", "개", "조", "항", "호", "장", "절", "관", "인", "분", "초", "시", "원", "억", "만", "천", "배",
-    "주", "표", "건", "석", "위", "대", "쪽", "%", "kb", "mb", "gb", "tb", "bit", "bps",
+    "주", "표", "건", "석", "위", "대", "쪽", "톤", "%", "kb", "mb", "gb", "tb", "bit", "bps",
 )  # fmt: skip
 """Units and counters a number keeps as part of its exact span (longest first where one prefixes
 another: 개월 before 개)."""
@@ -122,6 +123,7 @@ def _index(letters: str) -> int:
     return index
 
 
+@functools.lru_cache(maxsize=8192)  # distractor checks score the same few hundred answers again and again
 def normalise(text: str) -> Normalised:
     """Tokens and exact spans of an answer (see the module docstring).
 

@@ -11,8 +11,8 @@ cache reads it once):
 - `ko_rag/<question>/<length>`: a generated short answer (greedy, ≤ MAX_NEW_TOKENS, stops at a newline),
   scored by exact match / morpheme F1 / Hangul share (evals/scoring/generate.py); an unanswerable question
   is right when the answer abstains with ABSTAIN, the string the instruction asks for;
-- `ko_rag_mc/<question>/<length>`: four choices (the gold answer, answers of other questions of the
-  same type and document, and ABSTAIN) scored by the log-probability of the letters, like KMMLU.
+- `ko_rag_mc/<question>/<length>`: four choices (the gold answer, distractors of its kind that are
+  not also right, see choices.py, and ABSTAIN) scored by the log-probability of the letters, like KMMLU.
 
 `prepare_ko_rag` writes the rows (`ko_rag.jsonl`) the lm-eval tasks in evals/tasks/ko_rag/ read and a
 manifest (`ko_rag.source.json`) into a cache folder keyed by every input, like `prompts.prepare_tasks`.
@@ -31,6 +31,7 @@ from typing import Any
 from evals.tasks.ko_rag import docs as rag_docs
 from evals.tasks.ko_rag import questions as rag_questions
 from evals.tasks.ko_rag import retrieval as rag_retrieval
+from evals.tasks.ko_rag.choices import mc_choices
 from evals.tasks.ko_rag.context import (
     ABSTAIN,
     GEN_SUFFIX,
@@ -41,7 +42,6 @@ from evals.tasks.ko_rag.context import (
     Budgeter,
     fit_context,
     hf_budgeter,
-    mc_choices,
     render_context,
 )
 from evals.tasks.ko_rag.docs import Passage
@@ -58,7 +58,7 @@ TASK = "ko_rag"
 MC_TASK = "ko_rag_mc"
 LENGTHS = {"1k": 1024, "2k": 2048, "4k": 4096, "16k": 16384}
 """The sweep: label -> tokens of the whole request. Fixed, because the leaderboard has a column per label."""
-DATA_FORMAT = 1
+DATA_FORMAT = 2
 """Bump when the rows, the prompt templates or the context rules (`context.py`) change: part
 of the cache key."""
 ROWS_FILE = "ko_rag.jsonl"
@@ -99,6 +99,12 @@ def sample_questions(questions: list[Question], limit: int | None, seed: int) ->
     return [questions[row["index"]] for row in stratified_sample(rows, limit, seed)]
 
 
+def cluster_of(question: Question) -> str:
+    """The item's subject, the cluster the paired bootstrap resamples: its first gold passage (questions
+    on one passage succeed or fail together), or `unanswerable/<id>` for a question without one."""
+    return question.gold_passages[0] if question.gold_passages else f"{question.type}/{question.id}"
+
+
 def question_rows(
     question: Question,
     retrieved: list[str],
@@ -128,7 +134,7 @@ def question_rows(
                 "mc_item_id": f"{MC_TASK}/{question.id}/{label}",
                 "question_id": question.id,
                 "type": question.type,
-                "subject": f"{question.type}/{question.id}",
+                "subject": cluster_of(question),
                 "length": label,
                 "prompt": context + gen_suffix,
                 "mc_prompt": context + mc_suffix,
@@ -175,6 +181,7 @@ def build_rows(
     questions = sample_questions(source.questions, limit, seed)
     retriever = rag_retrieval.Retriever(source.passages)
     by_id = {p.id: p for p in source.passages}
+    texts = {p.id: p.text for p in source.passages}
     sizes = budgeter.sizes(source.passages)
     per_question: list[list[dict[str, Any]]] = []
     recalls = []
@@ -182,7 +189,7 @@ def build_rows(
         retrieved = retriever.search(question.question)
         if question.answerable:
             recalls.append(rag_retrieval.recall_at_k(retrieved, question.gold_passages))
-        choices = mc_choices(question, source.questions, seed)
+        choices = mc_choices(question, source.questions, texts, seed)
         per_question.append(question_rows(question, retrieved, choices, by_id, sizes, budgeter, scored, seed))
         if progress:
             progress(done + 1, len(questions))
