@@ -107,7 +107,7 @@ def cluster_of(question: Question) -> str:
 
 def question_rows(
     question: Question,
-    retrieved: list[str],
+    retrieved: tuple[list[str], list[str]],
     choices: tuple[list[str], int],
     passages: dict[str, Passage],
     sizes: dict[str, int],
@@ -115,7 +115,8 @@ def question_rows(
     lengths: dict[str, int],
     seed: int,
 ) -> list[dict[str, Any]]:
-    """One row per sweep length: the prompts, choices and the passages that went in."""
+    """One row per sweep length: the prompts, choices and the passages that went in (`retrieved`: the
+    top-k passages and the hard negatives)."""
     gen_suffix = GEN_SUFFIX.format(question=question.question)
     mc_suffix = MC_SUFFIX.format(*choices[0], question=question.question)
     fixed = budgeter.need(INSTRUCTION, gen_suffix, mc_suffix)[0]
@@ -125,7 +126,9 @@ def question_rows(
             raise UserError(
                 f"question {question.id} alone needs {fixed} tokens, more than the {label} context"
             )
-        plan = rag_retrieval.plan_context(retrieved, sizes, length - fixed, f"{seed}/{question.id}")
+        plan = rag_retrieval.plan_context(
+            retrieved[0], sizes, length - fixed, f"{seed}/{question.id}", retrieved[1]
+        )
         plan, prompt_tokens = fit_context(plan, passages, budgeter, (gen_suffix, mc_suffix), length)
         context = render_context([passages[pid] for pid in plan.passage_ids])
         rows.append(
@@ -146,6 +149,8 @@ def question_rows(
                 "gold_passages": list(question.gold_passages),
                 "retrieved": list(plan.retrieved),
                 "passage_ids": list(plan.passage_ids),
+                "depth": round(plan.depth, 4),
+                "gold_in_context": all(pid in plan.passage_ids for pid in question.gold_passages),
                 "prompt_tokens": prompt_tokens,
             }
         )
@@ -190,7 +195,8 @@ def build_rows(
         if question.answerable:
             recalls.append(rag_retrieval.recall_at_k(retrieved, question.gold_passages))
         choices = mc_choices(question, source.questions, texts, seed)
-        per_question.append(question_rows(question, retrieved, choices, by_id, sizes, budgeter, scored, seed))
+        found = (retrieved, retriever.hard_negatives(question.question))
+        per_question.append(question_rows(question, found, choices, by_id, sizes, budgeter, scored, seed))
         if progress:
             progress(done + 1, len(questions))
     rows = [row for label in scored for rows in per_question for row in rows if row["length"] == label]
@@ -204,10 +210,21 @@ def build_rows(
         "max_new_tokens": MAX_NEW_TOKENS,
         "top_k": rag_retrieval.TOP_K,
         "recall_at_k": round(sum(recalls) / len(recalls), 4) if recalls else None,
+        "gold_in_context": _gold_in_context(rows),
     }
     for label, reason in skipped.items():
         log.warning("ko_rag: %s context skipped (%s)", label, reason)
     return rows, manifest
+
+
+def _gold_in_context(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Length -> share of answerable rows whose prompt holds every gold passage (retrieval failure
+    apart from reading failure)."""
+    by_length: dict[str, list[bool]] = {}
+    for row in rows:
+        if row["answerable"]:
+            by_length.setdefault(row["length"], []).append(row["gold_in_context"])
+    return {label: round(sum(found) / len(found), 4) for label, found in by_length.items()}
 
 
 def _tokenizer_identity(tokenizer_dir: Path) -> str:
