@@ -218,3 +218,16 @@ def test_delta_ci_resamples_whole_passages() -> None:
     assert low <= -0.5 <= high and item_low <= -0.5 <= item_high
     assert high - low > 1.5 * (item_high - item_low)
     assert rag_metrics.paired_mean_ci(differences, one_passage, resamples=4000) == (low, high)  # seeded
+
+
+def test_abstention_precision_counts_abstentions_on_answerable_questions_against_it() -> None:
+    from tests.test_ko_rag import _item
+
+    answered = [_item("q0", "1k", 0.0).model_copy(update={"generated": "문서에 나와 있지 않습니다"})]
+    answered += [_item(f"q{i}", "1k", 1.0) for i in range(1, 4)]
+    declined = [
+        _item(f"u{i}", "1k", 1.0, reference=ABSTAIN).model_copy(update={"generated": "알 수 없음"})
+        for i in range(3)
+    ]
+    cells = rag_metrics.leaderboard_cells(answered + declined, None, [], {})
+    assert cells["ko_rag_abstain"] == 1.0 and cells["ko_rag_abstain_precision"] == 0.75

@@ -16,10 +16,10 @@ from pydantic import Field, TypeAdapter, model_validator
 from evals.tasks.registry import CATEGORY_LABELS, COLUMN_SPECS, TaskSpec
 from kqe.core.records import Record
 
-LEADERBOARD_SCHEMA_VERSION = 5
-"""Version of the leaderboard's columns (`schema_version`); bumped when a column is added or changes.
-4: the target and scoring-placement columns; 5: perplexity CIs, verdicts, calibration effect, KO−EN gap."""
-READABLE_SCHEMA_VERSIONS = (3, 4, 5)
+LEADERBOARD_SCHEMA_VERSION = 6
+"""Version of the leaderboard's columns (`schema_version`), bumped when a column is added or changes:
+4 target/placement; 5 perplexity CIs, verdicts, KO−EN gap; 6 ko_rag answerable F1/EM, abstain precision."""
+READABLE_SCHEMA_VERSIONS = (3, 4, 5, 6)
 """Versions this suite reads: an older board's missing columns (all optional) read as empty."""
 
 Cell = float | int | str | None
@@ -247,6 +247,8 @@ class LeaderboardRow(Record):
     """ko_rag mean share of Hangul among the letters of the generated answers, fraction (1.0 = Korean)."""
     ko_rag_abstain: float | None = None
     """ko_rag share of unanswerable questions whose answer abstains (any common Korean phrasing), fraction."""
+    ko_rag_abstain_precision: float | None = None
+    """ko_rag share of the abstaining answers (any question) given on unanswerable questions, fraction."""
     ko_rag_mc_acc: float | None = None
     """ko_rag multiple-choice accuracy (log-probs of the letters) over every scored length, fraction."""
     ko_rag_skipped: str | None = None

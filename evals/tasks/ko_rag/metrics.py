@@ -16,6 +16,7 @@ from evals.statistics.stats import (
     percentile_ci,
     small_sample_stretch,
 )
+from evals.tasks.ko_rag.abstention import abstains
 from evals.tasks.ko_rag.context import ABSTAIN
 from evals.tasks.ko_rag.task import LENGTHS, MC_TASK, TASK
 from kqe.core.results import ItemResult
@@ -70,8 +71,8 @@ def leaderboard_cells(
 ) -> dict[str, float | str | None]:
     """The `ko_rag_*` leaderboard cells of one checkpoint: F1, EM and (against the base, on the same
     items) ΔF1 with a paired bootstrap 95% CI (clustered by gold passage) per length, over answerable
-    questions only; Hangul share, abstention on unanswerable questions and multiple-choice accuracy
-    over all scored lengths; the lengths skipped and why."""
+    questions only; Hangul share, abstention recall (on unanswerable questions) and precision, and
+    multiple-choice accuracy over all scored lengths; the lengths skipped and why."""
     cells: dict[str, float | str | None] = {}
     ours = _by_length([item for item in items if item.reference != ABSTAIN])
     theirs = _by_length([item for item in base_items or [] if item.reference != ABSTAIN])
@@ -91,6 +92,8 @@ def leaderboard_cells(
     cells["ko_rag_hangul"] = float(np.mean(shares)) if shares else None
     unanswerable = [item for item in items if item.reference == ABSTAIN]  # `correct`: it abstained
     cells["ko_rag_abstain"] = float(np.mean([i.correct for i in unanswerable])) if unanswerable else None
+    declined = [item.reference == ABSTAIN for item in items if abstains(item.generated or "")]
+    cells["ko_rag_abstain_precision"] = float(np.mean(declined)) if declined else None
     cells["ko_rag_mc_acc"] = float(np.mean([i.correct for i in choice_items])) if choice_items else None
     cells["ko_rag_skipped"] = "; ".join(f"{label}: {why}" for label, why in skipped.items()) or None
     return cells
