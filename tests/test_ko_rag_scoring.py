@@ -53,6 +53,8 @@ def test_a_wrong_digit_unit_or_option_scores_zero(prediction: str, gold: str) ->
         ("50퍼센트", "50%"),
         ("1,000원", "1000원"),
         ("제 71조", "제71조"),
+        ("10명", "10인"),
+        ("만 8살 이하", "만 8세 이하"),
         ("5년입니다.", "5년"),
         ("대법원장, 국회의장", "국회의장과 대법원장"),
         ("apt-get 및 dselect", "dselect, apt-get"),

@@ -28,10 +28,13 @@ from evals.tasks.ko_rag.korean import answer_tokens
 UNITS = (
     "개월", "주일", "시간", "가지", "차례", "사람", "퍼센트", "년", "월", "일", "세", "살", "명", "번", "회",
     "차", "개", "조", "항", "호", "장", "절", "관", "인", "분", "초", "시", "원", "억", "만", "천", "배",
-    "주", "표", "건", "석", "위", "대", "쪽", "톤", "%", "kb", "mb", "gb", "tb", "bit", "bps",
+    "주", "표", "건", "석", "위", "대", "쪽", "톤", "척", "학년", "%", "kb", "mb", "gb", "tb", "bit", "bps",
 )  # fmt: skip
 """Units and counters a number keeps as part of its exact span (longest first where one prefixes
 another: 개월 before 개)."""
+UNIT_SYNONYMS = {"명": "인", "살": "세"}
+"""Counters that mean the same unit, written as the first in answers and as the second in the
+documents ("10명" = "10인", "8살" = "8세")."""
 NATIVE_NUMBERS = {
     "한": 1, "하나": 1, "두": 2, "둘": 2, "세": 3, "셋": 3, "네": 4, "넷": 4, "다섯": 5, "여섯": 6,
     "일곱": 7, "여덟": 8, "아홉": 9, "열": 10, "스무": 20, "스물": 20,
@@ -88,9 +91,13 @@ def rewrite(text: str) -> str:
 
 
 def _exact(span: str) -> str:
-    """An exact span without spaces and without the article prefix 제 ("제 71조" -> "71조")."""
+    """An exact span without spaces, the article prefix 제 ("제 71조" -> "71조") and unit synonyms."""
     span = re.sub(r"\s", "", span)
-    return span[1:] if span.startswith("제") else span
+    span = span[1:] if span.startswith("제") else span
+    for unit, same in UNIT_SYNONYMS.items():
+        if span.endswith(unit) and span[: -len(unit)][-1:].isdigit():
+            return span[: -len(unit)] + same
+    return span
 
 
 @dataclass(frozen=True)
