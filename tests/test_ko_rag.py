@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 
 from evals.scoring.score import ChoiceTokenizer
+from evals.tasks.ko_rag import answer_score
 from evals.tasks.ko_rag import context as rag_context
 from evals.tasks.ko_rag import docs as rag_docs
 from evals.tasks.ko_rag import metrics as rag_metrics
 from evals.tasks.ko_rag import task as rag_task
-from evals.tasks.ko_rag.retrieval import Bm25, Retriever, recall_at_k
+from evals.tasks.ko_rag.choices import mc_choices
+from evals.tasks.ko_rag.retrieval import Bm25, Retriever, plan_context, recall_at_k
 from evals.tasks.prompts import TASKS_DIR
 from kqe.core.errors import UserError
 from kqe.core.results import ItemResult
@@ -191,7 +193,7 @@ def test_retriever_finds_the_gold_passage_for_most_questions(builtin: rag_task.R
             found = retriever.search(question.question, 4)
             recall.setdefault(question.type, []).append(recall_at_k(found, question.gold_passages))
     mean = {kind: float(np.mean(values)) for kind, values in recall.items()}
-    # measured: factual 0.978, numeric 0.968, multi 0.717 (share of gold passages in the top 4)
+    # measured: factual 0.978, numeric 0.986, multi 0.667 (share of gold passages in the top 4)
     assert mean["factual"] >= 0.9 and mean["numeric"] >= 0.9 and mean["multi"] >= 0.6, mean
 
 
@@ -203,6 +205,7 @@ def test_contexts_fill_the_budget_in_tokens_and_skip_what_does_not_fit(
     rows, manifest = rag_task.build_rows(source, budgeter, max_model_len=2048, limit=None, seed=0)
     assert manifest["lengths"] == {"1k": 1024, "2k": 2048}
     assert set(manifest["skipped"]) == {"4k", "16k"} and manifest["recall_at_k"] == 1.0
+    assert manifest["gold_in_context"] == {"1k": 1.0, "2k": 1.0}
     assert [row["length"] for row in rows] == ["1k"] * 6 + ["2k"] * 6
     encode = ChoiceTokenizer(tiny_model_dir).tok_encode
     for row in rows:
@@ -212,6 +215,7 @@ def test_contexts_fill_the_budget_in_tokens_and_skip_what_does_not_fit(
         assert len(encode(row["mc_prompt"])) + 1 <= length
         assert row["prompt"].startswith(rag_context.INSTRUCTION) and row["prompt"].endswith("\n답:")
         assert row["mc_prompt"].endswith("\n정답:") and row["choices"][row["mc_gold"]] == row["reference"]
+        assert 0.0 <= row["depth"] <= 1.0 and row["gold_in_context"] is True
     by_question: dict[str, dict[str, Any]] = {}
     for row in rows:
         by_question.setdefault(row["question_id"], {})[row["length"]] = row
@@ -222,12 +226,13 @@ def test_contexts_fill_the_budget_in_tokens_and_skip_what_does_not_fit(
 
 
 def test_mc_choices_are_four_distinct_with_abstention_and_stable(user_data: Path) -> None:
-    questions = rag_task.load_source(Workspace.from_env(), user_data).questions
-    for question in questions:
-        choices, gold = rag_context.mc_choices(question, questions, seed=3)
+    source = rag_task.load_source(Workspace.from_env(), user_data)
+    texts = {passage.id: passage.text for passage in source.passages}
+    for question in source.questions:
+        choices, gold = mc_choices(question, source.questions, texts, seed=3)
         assert len(set(choices)) == 4 and rag_context.ABSTAIN in choices
         assert choices[gold] == (question.answers[0] if question.answerable else rag_context.ABSTAIN)
-        assert rag_context.mc_choices(question, questions, seed=3) == (choices, gold)
+        assert mc_choices(question, source.questions, texts, seed=3) == (choices, gold)
 
 
 @pytest.mark.parametrize(
@@ -235,7 +240,7 @@ def test_mc_choices_are_four_distinct_with_abstention_and_stable(user_data: Path
     [
         (" 5년입니다.\n", ["5년"], True, True, 1.0),
         ("국민에게", ["국민"], True, True, 1.0),
-        ("대통령의 임기는 5년이다", ["5년"], True, False, 2 / 3),
+        ("대통령의 임기는 5년이다", ["5년"], True, False, 0.5),
         ("apt-get", ["apt-get"], True, True, 1.0),
         ("Bullseye", ["bullseye"], True, True, 1.0),
         ("답할 수 없음", ["5년"], True, False, 0.0),
@@ -248,15 +253,15 @@ def test_mc_choices_are_four_distinct_with_abstention_and_stable(user_data: Path
 def test_answers_are_scored_on_korean_morphemes(
     text: str, answers: list[str], answerable: bool, exact: bool, f1: float
 ) -> None:
-    score = rag_metrics.score_answer(text, answers, answerable)
+    score = answer_score.score_answer(text, answers, answerable)
     assert (score.exact, score.f1) == (exact, pytest.approx(f1))
 
 
 def test_hangul_share_tells_korean_answers_from_others() -> None:
-    assert rag_metrics.score_answer("국민", ["국민"], True).hangul_share == 1.0
-    assert rag_metrics.score_answer("the people", ["국민"], True).hangul_share == 0.0
-    assert rag_metrics.score_answer("apt 명령", ["apt"], True).hangul_share == pytest.approx(2 / 5)
-    assert rag_metrics.score_answer("1948", ["1948"], True).hangul_share is None
+    assert answer_score.score_answer("국민", ["국민"], True).hangul_share == 1.0
+    assert answer_score.score_answer("the people", ["국민"], True).hangul_share == 0.0
+    assert answer_score.score_answer("apt 명령", ["apt"], True).hangul_share == pytest.approx(2 / 5)
+    assert answer_score.score_answer("1948", ["1948"], True).hangul_share is None
 
 
 def _item(question: str, length: str, f1: float, reference: str = "답") -> ItemResult:
@@ -317,3 +322,25 @@ def test_lm_eval_dataset_is_prepared_for_the_model_when_no_data_is_given(
     assert sorted(set(rows["length"])) == ["1k", "2k"]  # the tiny config holds 2,048 positions
     assert len(utils.load_ko_rag(**options, ko_rag_max_length=1024)["test"]) == len(QUESTIONS)
     assert utils.process_generation(rows[0], [" " + rows[0]["reference"]]) == {"em": 1.0, "f1": 1.0}
+
+
+def test_hard_negatives_come_first_and_the_depth_is_recorded() -> None:
+    sizes = {f"p{i}": 10 for i in range(10)}
+    plan = plan_context(["p0"], sizes, budget=40, seed="q", hard_negatives=["p7", "p3"])
+    fillers = [pid for pid in plan.passage_ids if pid != "p0"]
+    assert len(plan.passage_ids) == 4 and {"p7", "p3"} <= set(fillers)
+    assert plan.depth == plan.passage_ids.index("p0") / 3
+    wider = plan_context(["p0"], sizes, budget=100, seed="q", hard_negatives=["p7", "p3"])
+    assert set(plan.passage_ids) <= set(wider.passage_ids)
+    assert abs(wider.depth - plan.depth) <= 0.5  # the same drawn place, rounded to the filler count
+
+
+def test_builtin_hard_negatives_share_the_source_and_rank_after_the_top_k(
+    builtin: rag_task.RagSource,
+) -> None:
+    retriever = Retriever(builtin.passages)
+    question = "국회의원의 임기는 몇 년인가?"
+    top, hard = retriever.search(question, 4), retriever.hard_negatives(question)
+    assert hard and not set(hard) & set(top)
+    assert all(pid.startswith("constitution/") for pid in hard)
+    assert hard == [pid for pid in retriever.search(question, 20)[4:] if pid.startswith("constitution/")]

@@ -15,6 +15,7 @@ from evals.reporting.leaderboard import (
     write_aggregate,
     write_leaderboard,
 )
+from evals.reporting.leaderboard_row import LEADERBOARD_SCHEMA_VERSION, READABLE_SCHEMA_VERSIONS
 from evals.reporting.outcome import CheckpointOutcome, RowFindings
 from evals.serving.serve import load_profile
 from kqe.core.errors import UserError
@@ -90,20 +91,23 @@ def test_formula_like_cell_is_neutralised(tmp_path: Path) -> None:
     assert read_leaderboard(path)[0].command.startswith("=HYPERLINK")
 
 
+READABLE = ", ".join(map(str, READABLE_SCHEMA_VERSIONS))
+
+
 def test_other_schema_version_is_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "leaderboard.csv"
     write_leaderboard(path, [sample_row()])
     lines = path.read_text().splitlines()
     lines[1] = "0" + lines[1][1:]
     path.write_text("\n".join(lines) + "\n")
-    with pytest.raises(UserError, match="schema version 0, this suite reads versions 3, 4, 5"):
+    with pytest.raises(UserError, match=f"schema version 0, this suite reads versions {READABLE}"):
         read_leaderboard(path)
 
 
 def test_leaderboard_of_the_previous_schema_is_a_clear_error() -> None:
     """The committed gemma3-270m leaderboard as session 1's suite (schema 2) wrote it."""
     path = Path(__file__).parent / "data" / "leaderboards" / "gemma3-270m-schema2.csv"
-    message = "has schema version 2, this suite reads versions 3, 4, 5: re-run `make eval`"
+    message = f"has schema version 2, this suite reads versions {READABLE}: re-run `make eval`"
     with pytest.raises(UserError, match=message):
         read_leaderboard(path)
 
@@ -111,7 +115,7 @@ def test_leaderboard_of_the_previous_schema_is_a_clear_error() -> None:
 def test_a_schema_3_board_reads_with_the_placement_columns_empty() -> None:
     """The gemma3-270m leaderboard committed before the target columns existed."""
     rows = read_leaderboard(Path(__file__).parent / "data" / "leaderboards" / "gemma3-270m-schema3.csv")
-    assert {row.schema_version for row in rows} == {5} and len(rows) == 5  # upgraded as read
+    assert {row.schema_version for row in rows} == {LEADERBOARD_SCHEMA_VERSION} and len(rows) == 5  # upgraded
     assert all(row.ppl_ko_verdict is None for row in rows)
     assert all(row.memory_source is None and row.target is None for row in rows)
     assert rows[0].kmmlu_acc is not None

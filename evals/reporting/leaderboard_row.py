@@ -16,10 +16,10 @@ from pydantic import Field, TypeAdapter, model_validator
 from evals.tasks.registry import CATEGORY_LABELS, COLUMN_SPECS, TaskSpec
 from kqe.core.records import Record
 
-LEADERBOARD_SCHEMA_VERSION = 5
-"""Version of the leaderboard's columns (`schema_version`); bumped when a column is added or changes.
-4: the target and scoring-placement columns; 5: perplexity CIs, verdicts, calibration effect, KO−EN gap."""
-READABLE_SCHEMA_VERSIONS = (3, 4, 5)
+LEADERBOARD_SCHEMA_VERSION = 6
+"""Version of the leaderboard's columns (`schema_version`), bumped when a column is added or changes:
+4 target/placement; 5 perplexity CIs, verdicts, KO−EN gap; 6 ko_rag answerable F1/EM, abstain precision."""
+READABLE_SCHEMA_VERSIONS = (3, 4, 5, 6)
 """Versions this suite reads: an older board's missing columns (all optional) read as empty."""
 
 Cell = float | int | str | None
@@ -204,49 +204,51 @@ class LeaderboardRow(Record):
     """Upper end of that CI."""
     # ko_rag columns
     ko_rag_f1_1k: float | None = None
-    """ko_rag mean answer F1 over morphemes, fraction, at the 1k context (1,024 tokens with the answer)."""
+    """ko_rag number-exact answer F1 on answerable questions, fraction, at 1k (1,024 tokens in all)."""
     ko_rag_em_1k: float | None = None
-    """ko_rag exact-match share, fraction, at the 1k context."""
+    """ko_rag exact-match share on answerable questions, fraction, at the 1k context."""
     ko_rag_f1_delta_1k: float | None = None
     """ko_rag F1 minus the base's on the same items at 1k, fraction; empty on the base row."""
     ko_rag_f1_ci_low_1k: float | None = None
-    """Lower end of the paired bootstrap 95% CI of ko_rag_f1_delta_1k (questions resampled)."""
+    """Lower end of the paired bootstrap 95% CI of ko_rag_f1_delta_1k (gold passages resampled)."""
     ko_rag_f1_ci_high_1k: float | None = None
     """Upper end of that CI."""
     ko_rag_f1_2k: float | None = None
-    """ko_rag mean answer F1 over morphemes, fraction, at the 2k context (2,048 tokens with the answer)."""
+    """ko_rag number-exact answer F1 on answerable questions, fraction, at 2k (2,048 tokens in all)."""
     ko_rag_em_2k: float | None = None
-    """ko_rag exact-match share, fraction, at the 2k context."""
+    """ko_rag exact-match share on answerable questions, fraction, at the 2k context."""
     ko_rag_f1_delta_2k: float | None = None
     """ko_rag F1 minus the base's on the same items at 2k, fraction; empty on the base row."""
     ko_rag_f1_ci_low_2k: float | None = None
-    """Lower end of the paired bootstrap 95% CI of ko_rag_f1_delta_2k (questions resampled)."""
+    """Lower end of the paired bootstrap 95% CI of ko_rag_f1_delta_2k (gold passages resampled)."""
     ko_rag_f1_ci_high_2k: float | None = None
     """Upper end of that CI."""
     ko_rag_f1_4k: float | None = None
-    """ko_rag mean answer F1 over morphemes, fraction, at the 4k context (4,096 tokens with the answer)."""
+    """ko_rag number-exact answer F1 on answerable questions, fraction, at 4k (4,096 tokens in all)."""
     ko_rag_em_4k: float | None = None
-    """ko_rag exact-match share, fraction, at the 4k context."""
+    """ko_rag exact-match share on answerable questions, fraction, at the 4k context."""
     ko_rag_f1_delta_4k: float | None = None
     """ko_rag F1 minus the base's on the same items at 4k, fraction; empty on the base row."""
     ko_rag_f1_ci_low_4k: float | None = None
-    """Lower end of the paired bootstrap 95% CI of ko_rag_f1_delta_4k (questions resampled)."""
+    """Lower end of the paired bootstrap 95% CI of ko_rag_f1_delta_4k (gold passages resampled)."""
     ko_rag_f1_ci_high_4k: float | None = None
     """Upper end of that CI."""
     ko_rag_f1_16k: float | None = None
-    """ko_rag mean answer F1 over morphemes, fraction, at the 16k context (16,384 tokens with the answer)."""
+    """ko_rag number-exact answer F1 on answerable questions, fraction, at 16k (16,384 tokens in all)."""
     ko_rag_em_16k: float | None = None
-    """ko_rag exact-match share, fraction, at the 16k context."""
+    """ko_rag exact-match share on answerable questions, fraction, at the 16k context."""
     ko_rag_f1_delta_16k: float | None = None
     """ko_rag F1 minus the base's on the same items at 16k, fraction; empty on the base row."""
     ko_rag_f1_ci_low_16k: float | None = None
-    """Lower end of the paired bootstrap 95% CI of ko_rag_f1_delta_16k (questions resampled)."""
+    """Lower end of the paired bootstrap 95% CI of ko_rag_f1_delta_16k (gold passages resampled)."""
     ko_rag_f1_ci_high_16k: float | None = None
     """Upper end of that CI."""
     ko_rag_hangul: float | None = None
     """ko_rag mean share of Hangul among the letters of the generated answers, fraction (1.0 = Korean)."""
     ko_rag_abstain: float | None = None
-    """ko_rag share of unanswerable questions answered with the abstention phrase, fraction."""
+    """ko_rag share of unanswerable questions whose answer abstains (any common Korean phrasing), fraction."""
+    ko_rag_abstain_precision: float | None = None
+    """ko_rag share of the abstaining answers (any question) given on unanswerable questions, fraction."""
     ko_rag_mc_acc: float | None = None
     """ko_rag multiple-choice accuracy (log-probs of the letters) over every scored length, fraction."""
     ko_rag_skipped: str | None = None

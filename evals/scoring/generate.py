@@ -21,8 +21,8 @@ from typing import Any
 from evals.scoring.score import ChoiceTokenizer, CompletionsClient, prompt_sha
 from evals.scoring.scoring_pass import results_as_done, score_missing
 from evals.serving.endpoint import Endpoint
+from evals.tasks.ko_rag.answer_score import score_answer
 from evals.tasks.ko_rag.context import ABSTAIN, MAX_NEW_TOKENS
-from evals.tasks.ko_rag.metrics import score_answer
 from evals.tasks.ko_rag.task import TASK, RagItem
 from kqe.core.errors import UserError
 from kqe.core.results import ItemResult, ScoreRun

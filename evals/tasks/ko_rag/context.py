@@ -1,17 +1,14 @@
-"""ko_rag's prompt text and its token budget: the templates, the four choices of a question, and a
-context of passages cut to fit one sweep length, counted with the target model's tokenizer."""
+"""ko_rag's prompt text and its token budget: the templates, and a context of passages cut to fit
+one sweep length, counted with the target model's tokenizer."""
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from evals.tasks.ko_rag import retrieval as rag_retrieval
 from evals.tasks.ko_rag.docs import Passage
-from evals.tasks.ko_rag.questions import Question
-from kqe.core.errors import UserError
 
 MAX_NEW_TOKENS = 32
 """Answer room: greedy generation stops here (or at a newline)."""
@@ -24,32 +21,6 @@ PASSAGE = "[문서] {title}\n{text}\n\n"
 GEN_SUFFIX = "질문: {question}\n답:"
 MC_SUFFIX = "질문: {question}\nA. {0}\nB. {1}\nC. {2}\nD. {3}\n정답:"
 LETTERS = "ABCD"
-
-
-def mc_choices(question: Question, pool: Sequence[Question], seed: int) -> tuple[list[str], int]:
-    """Four choices and the gold index: the answer (or ABSTAIN), distractor answers of other questions
-    (same type and document first), and ABSTAIN; order drawn per question."""
-    gold = question.answers[0] if question.answerable else ABSTAIN
-    taken = {gold, *question.answers}
-    document = question.gold_passages[0].split("/")[0] if question.gold_passages else ""
-    rng = random.Random(f"{seed}/{question.id}/choices")
-    candidates = [q for q in pool if q.answerable and q.id != question.id]
-    tiers = [
-        [q for q in candidates if q.type == question.type and q.gold_passages[0].startswith(document + "/")],
-        [q for q in candidates if q.type == question.type],
-        candidates,
-    ]
-    wanted = 2 if question.answerable else 3
-    distractors: list[str] = []
-    for tier in tiers:
-        options = sorted({q.answers[0] for q in tier} - taken - set(distractors))
-        rng.shuffle(options)
-        distractors += options[: wanted - len(distractors)]
-    if len(distractors) < wanted:
-        raise UserError(f"question {question.id}: too few other answers for multiple-choice distractors")
-    choices = [gold, *distractors] + ([ABSTAIN] if question.answerable else [])
-    rng.shuffle(choices)
-    return choices, choices.index(gold)
 
 
 def render_context(passages: Sequence[Passage]) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 CONTENT_DROP = ("J", "E", "X", "S", "VCP", "VCN", "IC", "MM")
 """Tag prefixes left out of retrieval terms: particles, endings, affixes, symbols, copulas, interjections,
 determiners; `_KEEP` overrides it for numbers, foreign words, hanja and word roots."""
-ANSWER_DROP = ("J", "E", "VCP", "SF", "SP", "SS", "SE", "SO", "SW")
+ANSWER_DROP = ("J", "E", "VCP", "SF", "SP", "SS", "SE", "SO", "SW", "SB")
 """Tag prefixes left out of answer normalisation: particles, endings, the copula and punctuation, so
 "5년입니다." and "5년" are the same answer."""
 _KEEP = ("SN", "SL", "SH", "XR")
@@ -41,9 +41,19 @@ def content_morphemes(text: str) -> list[str]:
     return _forms(text, CONTENT_DROP, keep=_KEEP)
 
 
-def answer_morphemes(text: str) -> list[str]:
-    """Morphemes of an answer without particles, endings, copula and punctuation, lower-cased."""
-    return _forms(text, ANSWER_DROP)
+LIST_SEPARATORS = ("및", "그리고", "또는", "혹은")
+"""Words that join the items of a list answer, besides commas and the particles 와/과/하고 (tag JC)."""
+
+
+def answer_tokens(text: str) -> list[tuple[str, bool]]:
+    """(morpheme, separates list items) of an answer, lower-cased, without particles, endings, copula
+    and punctuation; a separator (comma, slash, 와/과, 및 ...) is kept with True so lists can be split."""
+    tokens = []
+    for token in kiwi().tokenize(text):
+        separator = token.tag in ("JC", "SP") or token.form in LIST_SEPARATORS
+        if separator or not token.tag.startswith(ANSWER_DROP):
+            tokens.append((token.form.lower(), separator))
+    return tokens
 
 
 def is_hangul(char: str) -> bool:

@@ -4,10 +4,11 @@ Retrieval is Okapi BM25 (k1 = 1.5, b = 0.75, idf = ln(1 + (N − df + ½) / (df 
 morphemes of each passage's title and text, so particles and endings do not split a word's matches.
 
 A context for one question and one budget: the top-k retrieved passages (in rank order, each one that
-fits) as one block, then distractors (the other passages in an order drawn once per question) while
-they fit. The block sits at a depth drawn once per question (the same relative place at every
-budget), so a longer context holds the shorter one's passages plus more and the only thing that grows
-is the reading the model must do around the evidence.
+fits) as one block, then distractors while they fit: hard negatives first (the passages BM25 ranks
+next, HARD_NEGATIVES of them, from the same source as the best one), then the other passages in an
+order drawn once per question. The block sits at a depth drawn once per question (the same relative
+place at every budget, recorded in the plan), so a longer context holds the shorter one's passages
+plus more and the only thing that grows is the reading the model must do around the evidence.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ K1 = 1.5
 B = 0.75
 TOP_K = 4
 """Retrieved passages put into every context (as many as fit the budget)."""
+HARD_NEGATIVES = 16
+"""Passages ranked after the top k (ranks 5-20) offered first as distractors, when from the same source."""
 
 
 class Bm25:
@@ -68,6 +71,12 @@ class Retriever:
         """Ids of the k passages that best match `query`, best first."""
         return [self.passages[index].id for index in self._index.top(content_morphemes(query), k)]
 
+    def hard_negatives(self, query: str, k: int = TOP_K, n: int = HARD_NEGATIVES) -> list[str]:
+        """The passages ranked k+1 .. k+n for `query` that come from the best passage's source."""
+        ranked = self.search(query, k + n)
+        source = ranked[0].split("/")[0] if ranked else ""
+        return [pid for pid in ranked[k:] if pid.split("/")[0] == source]
+
 
 def recall_at_k(retrieved: Sequence[str], gold: Sequence[str]) -> float:
     """Share of the gold passages among the retrieved ones (1.0 = all found)."""
@@ -82,6 +91,8 @@ class ContextPlan:
     """Every passage in the prompt, in order."""
     retrieved: tuple[str, ...]
     """The retrieved passages among them, in rank order."""
+    depth: float
+    """Where the retrieved block starts, as a share of the distractors placed before it (0 = first)."""
 
 
 def plan_context(
@@ -89,15 +100,18 @@ def plan_context(
     sizes: dict[str, int],
     budget: int,
     seed: str,
+    hard_negatives: Sequence[str] = (),
 ) -> ContextPlan:
     """Retrieved passages and distractors whose token `sizes` sum to at most `budget`.
 
-    `seed` (e.g. the question id) fixes the distractor order and the block's depth, identically for
-    every budget.
+    Distractors are the `hard_negatives` first (passages ranked just below the retrieved ones, from
+    the same source: they look relevant and are not), then the other passages in an order drawn from
+    `seed` (e.g. the question id), which also fixes the block's depth, identically for every budget.
     """
     rng = random.Random(seed)
-    distractors = [pid for pid in sorted(sizes) if pid not in retrieved]
-    rng.shuffle(distractors)
+    rest = [pid for pid in sorted(sizes) if pid not in retrieved and pid not in hard_negatives]
+    rng.shuffle(rest)
+    distractors = [pid for pid in hard_negatives if pid not in retrieved] + rest
     depth = rng.random()
     used = 0
     block: list[str] = []
@@ -111,7 +125,9 @@ def plan_context(
             filler.append(pid)
             used += sizes[pid]
     at = round(depth * len(filler))
-    return ContextPlan(tuple(filler[:at] + block + filler[at:]), tuple(block))
+    return ContextPlan(
+        tuple(filler[:at] + block + filler[at:]), tuple(block), at / len(filler) if filler else 0.0
+    )
 
 
 def fit_plan(plan: ContextPlan, render: Callable[[Sequence[str]], int], limit: int) -> ContextPlan:
@@ -125,4 +141,6 @@ def fit_plan(plan: ContextPlan, render: Callable[[Sequence[str]], int], limit: i
         else:
             ids.pop(droppable[-1])
     retrieved = tuple(pid for pid in plan.retrieved if pid in ids)
-    return ContextPlan(tuple(ids), retrieved)
+    before = next((index for index, pid in enumerate(ids) if pid in retrieved), 0)
+    others = len(ids) - len(retrieved)
+    return ContextPlan(tuple(ids), retrieved, before / others if others else 0.0)

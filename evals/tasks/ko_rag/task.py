@@ -11,8 +11,8 @@ cache reads it once):
 - `ko_rag/<question>/<length>`: a generated short answer (greedy, ≤ MAX_NEW_TOKENS, stops at a newline),
   scored by exact match / morpheme F1 / Hangul share (evals/scoring/generate.py); an unanswerable question
   is right when the answer abstains with ABSTAIN, the string the instruction asks for;
-- `ko_rag_mc/<question>/<length>`: four choices (the gold answer, answers of other questions of the
-  same type and document, and ABSTAIN) scored by the log-probability of the letters, like KMMLU.
+- `ko_rag_mc/<question>/<length>`: four choices (the gold answer, distractors of its kind that are
+  not also right, see choices.py, and ABSTAIN) scored by the log-probability of the letters, like KMMLU.
 
 `prepare_ko_rag` writes the rows (`ko_rag.jsonl`) the lm-eval tasks in evals/tasks/ko_rag/ read and a
 manifest (`ko_rag.source.json`) into a cache folder keyed by every input, like `prompts.prepare_tasks`.
@@ -31,6 +31,7 @@ from typing import Any
 from evals.tasks.ko_rag import docs as rag_docs
 from evals.tasks.ko_rag import questions as rag_questions
 from evals.tasks.ko_rag import retrieval as rag_retrieval
+from evals.tasks.ko_rag.choices import mc_choices
 from evals.tasks.ko_rag.context import (
     ABSTAIN,
     GEN_SUFFIX,
@@ -41,7 +42,6 @@ from evals.tasks.ko_rag.context import (
     Budgeter,
     fit_context,
     hf_budgeter,
-    mc_choices,
     render_context,
 )
 from evals.tasks.ko_rag.docs import Passage
@@ -58,7 +58,7 @@ TASK = "ko_rag"
 MC_TASK = "ko_rag_mc"
 LENGTHS = {"1k": 1024, "2k": 2048, "4k": 4096, "16k": 16384}
 """The sweep: label -> tokens of the whole request. Fixed, because the leaderboard has a column per label."""
-DATA_FORMAT = 1
+DATA_FORMAT = 2
 """Bump when the rows, the prompt templates or the context rules (`context.py`) change: part
 of the cache key."""
 ROWS_FILE = "ko_rag.jsonl"
@@ -99,9 +99,15 @@ def sample_questions(questions: list[Question], limit: int | None, seed: int) ->
     return [questions[row["index"]] for row in stratified_sample(rows, limit, seed)]
 
 
+def cluster_of(question: Question) -> str:
+    """The item's subject, the cluster the paired bootstrap resamples: its first gold passage (questions
+    on one passage succeed or fail together), or `unanswerable/<id>` for a question without one."""
+    return question.gold_passages[0] if question.gold_passages else f"{question.type}/{question.id}"
+
+
 def question_rows(
     question: Question,
-    retrieved: list[str],
+    retrieved: tuple[list[str], list[str]],
     choices: tuple[list[str], int],
     passages: dict[str, Passage],
     sizes: dict[str, int],
@@ -109,7 +115,8 @@ def question_rows(
     lengths: dict[str, int],
     seed: int,
 ) -> list[dict[str, Any]]:
-    """One row per sweep length: the prompts, choices and the passages that went in."""
+    """One row per sweep length: the prompts, choices and the passages that went in (`retrieved`: the
+    top-k passages and the hard negatives)."""
     gen_suffix = GEN_SUFFIX.format(question=question.question)
     mc_suffix = MC_SUFFIX.format(*choices[0], question=question.question)
     fixed = budgeter.need(INSTRUCTION, gen_suffix, mc_suffix)[0]
@@ -119,7 +126,9 @@ def question_rows(
             raise UserError(
                 f"question {question.id} alone needs {fixed} tokens, more than the {label} context"
             )
-        plan = rag_retrieval.plan_context(retrieved, sizes, length - fixed, f"{seed}/{question.id}")
+        plan = rag_retrieval.plan_context(
+            retrieved[0], sizes, length - fixed, f"{seed}/{question.id}", retrieved[1]
+        )
         plan, prompt_tokens = fit_context(plan, passages, budgeter, (gen_suffix, mc_suffix), length)
         context = render_context([passages[pid] for pid in plan.passage_ids])
         rows.append(
@@ -128,7 +137,7 @@ def question_rows(
                 "mc_item_id": f"{MC_TASK}/{question.id}/{label}",
                 "question_id": question.id,
                 "type": question.type,
-                "subject": f"{question.type}/{question.id}",
+                "subject": cluster_of(question),
                 "length": label,
                 "prompt": context + gen_suffix,
                 "mc_prompt": context + mc_suffix,
@@ -140,6 +149,8 @@ def question_rows(
                 "gold_passages": list(question.gold_passages),
                 "retrieved": list(plan.retrieved),
                 "passage_ids": list(plan.passage_ids),
+                "depth": round(plan.depth, 4),
+                "gold_in_context": all(pid in plan.passage_ids for pid in question.gold_passages),
                 "prompt_tokens": prompt_tokens,
             }
         )
@@ -175,6 +186,7 @@ def build_rows(
     questions = sample_questions(source.questions, limit, seed)
     retriever = rag_retrieval.Retriever(source.passages)
     by_id = {p.id: p for p in source.passages}
+    texts = {p.id: p.text for p in source.passages}
     sizes = budgeter.sizes(source.passages)
     per_question: list[list[dict[str, Any]]] = []
     recalls = []
@@ -182,8 +194,9 @@ def build_rows(
         retrieved = retriever.search(question.question)
         if question.answerable:
             recalls.append(rag_retrieval.recall_at_k(retrieved, question.gold_passages))
-        choices = mc_choices(question, source.questions, seed)
-        per_question.append(question_rows(question, retrieved, choices, by_id, sizes, budgeter, scored, seed))
+        choices = mc_choices(question, source.questions, texts, seed)
+        found = (retrieved, retriever.hard_negatives(question.question))
+        per_question.append(question_rows(question, found, choices, by_id, sizes, budgeter, scored, seed))
         if progress:
             progress(done + 1, len(questions))
     rows = [row for label in scored for rows in per_question for row in rows if row["length"] == label]
@@ -197,10 +210,21 @@ def build_rows(
         "max_new_tokens": MAX_NEW_TOKENS,
         "top_k": rag_retrieval.TOP_K,
         "recall_at_k": round(sum(recalls) / len(recalls), 4) if recalls else None,
+        "gold_in_context": _gold_in_context(rows),
     }
     for label, reason in skipped.items():
         log.warning("ko_rag: %s context skipped (%s)", label, reason)
     return rows, manifest
+
+
+def _gold_in_context(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Length -> share of answerable rows whose prompt holds every gold passage (retrieval failure
+    apart from reading failure)."""
+    by_length: dict[str, list[bool]] = {}
+    for row in rows:
+        if row["answerable"]:
+            by_length.setdefault(row["length"], []).append(row["gold_in_context"])
+    return {label: round(sum(found) / len(found), 4) for label, found in by_length.items()}
 
 
 def _tokenizer_identity(tokenizer_dir: Path) -> str:

@@ -1,0 +1,153 @@
+"""Answer normalisation that keeps numbers, units, dates and command-line options exact.
+
+Morpheme bags give a wrong number most of the credit ("4년" vs "5년" shares "년"). Here an answer is
+rewritten first (NFKC, lower case; Korean number words before a counter to digits; both date spellings
+to one; "N분의 M" to "M/N"; 퍼센트 to %), then cut into *exact spans* and ordinary text:
+
+- a date `2010-11-12` or `2010-11` (from "2010. 11. 12.", "2010년 11월 12일", "2010-11-12");
+- a fraction `2/3` (from "3분의 2", "삼분의 이");
+- a command-line option `--purge`, `-y`;
+- a word mixing Latin letters and digits (`i386`, `ext4`);
+- a number with the unit written after it, `4년`, `8세`, `71조` (the article prefix 제 dropped),
+  `50%`, `1000` (thousands commas dropped).
+
+An exact span is one token, so a different digit or unit is a different token; the scorer then gives
+F1 0 when the prediction lacks any of the reference's exact spans (`answer_score.score_answer`). The text
+between spans goes through Kiwi (`korean.answer_tokens`): particles, endings and punctuation dropped.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+from dataclasses import dataclass
+
+from evals.tasks.ko_rag.korean import answer_tokens
+
+UNITS = (
+    "개월", "주일", "시간", "가지", "차례", "사람", "퍼센트", "년", "월", "일", "세", "살", "명", "번", "회",
+    "차", "개", "조", "항", "호", "장", "절", "관", "인", "분", "초", "시", "원", "억", "만", "천", "배",
+    "주", "표", "건", "석", "위", "대", "쪽", "톤", "척", "학년", "%", "kb", "mb", "gb", "tb", "bit", "bps",
+)  # fmt: skip
+"""Units and counters a number keeps as part of its exact span (longest first where one prefixes
+another: 개월 before 개)."""
+UNIT_SYNONYMS = {"명": "인", "살": "세"}
+"""Counters that mean the same unit, written as the first in answers and as the second in the
+documents ("10명" = "10인", "8살" = "8세")."""
+NATIVE_NUMBERS = {
+    "한": 1, "하나": 1, "두": 2, "둘": 2, "세": 3, "셋": 3, "네": 4, "넷": 4, "다섯": 5, "여섯": 6,
+    "일곱": 7, "여덟": 8, "아홉": 9, "열": 10, "스무": 20, "스물": 20,
+}  # fmt: skip
+"""Native Korean numerals, rewritten to digits only right before a counter ("두 번" -> "2번")."""
+COUNTERS = ("번", "명", "개", "가지", "차례", "사람", "살", "달", "권", "곳", "군데", "시간", "장", "표")
+SINO_DIGITS = {"일": 1, "이": 2, "삼": 3, "사": 4, "오": 5, "육": 6, "칠": 7, "팔": 8, "구": 9, "십": 10}
+"""Sino-Korean digits, rewritten only inside a spelled fraction ("삼분의 이" -> "3분의 2")."""
+
+_NATIVE = re.compile(
+    r"(?<![가-힣])(" + "|".join(sorted(NATIVE_NUMBERS, key=len, reverse=True)) + r")\s*("
+    + "|".join(COUNTERS) + r")"
+)  # fmt: skip
+_SINO = "[" + "".join(SINO_DIGITS) + "]"
+_SINO_FRACTION = re.compile(rf"(?<![가-힣])({_SINO})\s*분의\s*({_SINO})(?![가-힣])")
+_FRACTION = re.compile(r"(\d+)\s*분의\s*(\d+)")
+_DATE_DOTS = re.compile(r"(?<![\d.])(\d{4})\s*[.]\s*(\d{1,2})\s*[.]\s*(\d{1,2})\s*\.?(?!\d)")
+_DATE_WORDS = re.compile(r"(\d{4})\s*년\s*(\d{1,2})\s*월(?:\s*(\d{1,2})\s*일)?")
+_DATE_DASHES = re.compile(r"(?<!\d)(\d{4})[-/](\d{1,2})(?:[-/](\d{1,2}))?(?![\d/-])")
+_MONTH_DOTS = re.compile(r"(?<![\d.])(\d{4})\s*\.\s*(\d{1,2})\s*\.(?!\s*\d)")
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+_UNIT = "|".join(re.escape(unit) for unit in sorted(UNITS, key=len, reverse=True))
+EXACT_SPAN = re.compile(
+    r"\d{4}-\d{1,2}(?:-\d{1,2})?(?![\d])"
+    r"|\d+/\d+"
+    r"|(?<![\w-])--?[a-z][\w-]*"
+    r"|[a-z][a-z0-9._+-]*\d[a-z0-9._+-]*"
+    rf"|(?:제\s?)?\d+(?:\.\d+)*(?:\s?(?:{_UNIT}))?"
+)
+"""What an exact span looks like in a rewritten answer (see the module docstring), first match wins."""
+PLACEHOLDER = "qspan"
+"""Stands for an exact span while Kiwi reads the answer (a Latin word Kiwi keeps whole)."""
+_PLACEHOLDER_DIGITS = "abcdefghijklmnop"
+_HELD = re.compile(PLACEHOLDER + f"([{_PLACEHOLDER_DIGITS}]+)")
+
+
+def _date(year: str, month: str, day: str | None) -> str:
+    return f"{int(year)}-{int(month)}" + (f"-{int(day)}" if day else "")
+
+
+def rewrite(text: str) -> str:
+    """`text` in the one spelling the scorer compares: NFKC, lower case, number words as digits, dates
+    as `Y-M-D`, fractions as `M/N`, 퍼센트 as %."""
+    text = unicodedata.normalize("NFKC", text).lower()
+    text = _THOUSANDS.sub("", text)
+    text = _SINO_FRACTION.sub(lambda m: f"{SINO_DIGITS[m[1]]}분의 {SINO_DIGITS[m[2]]}", text)
+    text = _FRACTION.sub(lambda m: f"{m[2]}/{m[1]}", text)
+    text = _NATIVE.sub(lambda m: f"{NATIVE_NUMBERS[m[1]]}{m[2]}", text)
+    text = _DATE_WORDS.sub(lambda m: _date(m[1], m[2], m[3]), text)
+    text = _DATE_DOTS.sub(lambda m: _date(m[1], m[2], m[3]), text)
+    text = _MONTH_DOTS.sub(lambda m: _date(m[1], m[2], None), text)
+    text = _DATE_DASHES.sub(lambda m: _date(m[1], m[2], m[3]), text)
+    return text.replace("퍼센트", "%")
+
+
+def _exact(span: str) -> str:
+    """An exact span without spaces, the article prefix 제 ("제 71조" -> "71조") and unit synonyms."""
+    span = re.sub(r"\s", "", span)
+    span = span[1:] if span.startswith("제") else span
+    for unit, same in UNIT_SYNONYMS.items():
+        if span.endswith(unit) and span[: -len(unit)][-1:].isdigit():
+            return span[: -len(unit)] + same
+    return span
+
+
+@dataclass(frozen=True)
+class Normalised:
+    """An answer as the scorer compares it."""
+
+    items: tuple[tuple[str, ...], ...]
+    """Its list items (split at commas, 와/과, 및), each a sequence of tokens."""
+    exact: tuple[str, ...]
+    """Its exact spans (numbers with units, dates, fractions, options), in order."""
+
+    @property
+    def tokens(self) -> list[str]:
+        return [token for item in self.items for token in item]
+
+
+def _placeholder(index: int) -> str:
+    letters = ""
+    while True:
+        index, digit = divmod(index, len(_PLACEHOLDER_DIGITS))
+        letters = _PLACEHOLDER_DIGITS[digit] + letters
+        if not index:
+            return PLACEHOLDER + letters
+
+
+def _index(letters: str) -> int:
+    index = 0
+    for letter in letters:
+        index = index * len(_PLACEHOLDER_DIGITS) + _PLACEHOLDER_DIGITS.index(letter)
+    return index
+
+
+@functools.lru_cache(maxsize=8192)  # distractor checks score the same few hundred answers again and again
+def normalise(text: str) -> Normalised:
+    """Tokens and exact spans of an answer (see the module docstring).
+
+    Kiwi reads the whole answer with each exact span replaced by a Latin placeholder, so an ending
+    after a span is still analysed as one ("5년입니다" -> 5년 + copula + ending, both dropped)."""
+    spans: list[str] = []
+
+    def hold(match: re.Match[str]) -> str:
+        spans.append(_exact(match[0]))
+        return _placeholder(len(spans) - 1)
+
+    held = EXACT_SPAN.sub(hold, rewrite(text))
+    items: list[list[str]] = [[]]
+    for token, separator in answer_tokens(held):
+        if separator:
+            items.append([])
+            continue
+        found = _HELD.findall(token)  # Kiwi may glue adjacent placeholders into one token
+        items[-1] += [spans[_index(letters)] for letters in found] if found else [token]
+    return Normalised(tuple(tuple(item) for item in items if item), tuple(spans))
