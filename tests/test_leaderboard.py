@@ -65,7 +65,8 @@ def test_round_trip_keeps_values(tmp_path: Path) -> None:
     assert back.kmmlu_acc is None
     assert back.disk_gib == pytest.approx(1.0)
     header = path.read_text().splitlines()[0].split(",")
-    assert header == [c for c in COLUMNS if not c.startswith(("kmmlu_", "ko_faq_"))]  # mmlu alone was scored
+    unscored = ("kmmlu_", "ko_faq_", "lmeval_")
+    assert header == [c for c in COLUMNS if not c.startswith(unscored)]  # mmlu alone was scored
 
 
 def test_a_checkpoint_never_built_keeps_its_status_profile_and_planned_memory() -> None:
@@ -96,14 +97,14 @@ def test_other_schema_version_is_a_clear_error(tmp_path: Path) -> None:
     lines = path.read_text().splitlines()
     lines[1] = "0" + lines[1][1:]
     path.write_text("\n".join(lines) + "\n")
-    with pytest.raises(UserError, match="schema version 0, this suite reads versions 3, 4, 5"):
+    with pytest.raises(UserError, match="schema version 0, this suite reads versions 3, 4, 5, 6"):
         read_leaderboard(path)
 
 
 def test_leaderboard_of_the_previous_schema_is_a_clear_error() -> None:
     """The committed gemma3-270m leaderboard as session 1's suite (schema 2) wrote it."""
     path = Path(__file__).parent / "data" / "leaderboards" / "gemma3-270m-schema2.csv"
-    message = "has schema version 2, this suite reads versions 3, 4, 5: re-run `make eval`"
+    message = "has schema version 2, this suite reads versions 3, 4, 5, 6: re-run `make eval`"
     with pytest.raises(UserError, match=message):
         read_leaderboard(path)
 
@@ -111,7 +112,7 @@ def test_leaderboard_of_the_previous_schema_is_a_clear_error() -> None:
 def test_a_schema_3_board_reads_with_the_placement_columns_empty() -> None:
     """The gemma3-270m leaderboard committed before the target columns existed."""
     rows = read_leaderboard(Path(__file__).parent / "data" / "leaderboards" / "gemma3-270m-schema3.csv")
-    assert {row.schema_version for row in rows} == {5} and len(rows) == 5  # upgraded as read
+    assert {row.schema_version for row in rows} == {6} and len(rows) == 5  # upgraded as read
     assert all(row.ppl_ko_verdict is None for row in rows)
     assert all(row.memory_source is None and row.target is None for row in rows)
     assert rows[0].kmmlu_acc is not None

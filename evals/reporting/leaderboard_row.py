@@ -13,13 +13,14 @@ from typing import Any, NamedTuple
 
 from pydantic import Field, TypeAdapter, model_validator
 
-from evals.tasks.registry import CATEGORY_LABELS, COLUMN_SPECS, TaskSpec
+from evals.tasks.registry import CATEGORY_LABELS, COLUMN_SPECS, ColumnSpec
 from kqe.core.records import Record
 
-LEADERBOARD_SCHEMA_VERSION = 5
+LEADERBOARD_SCHEMA_VERSION = 6
 """Version of the leaderboard's columns (`schema_version`); bumped when a column is added or changes.
-4: the target and scoring-placement columns; 5: perplexity CIs, verdicts, calibration effect, KO−EN gap."""
-READABLE_SCHEMA_VERSIONS = (3, 4, 5)
+4: the target and scoring-placement columns; 5: perplexity CIs, verdicts, calibration effect, KO−EN gap;
+6: the `lmeval_*` columns of an lm-eval task."""
+READABLE_SCHEMA_VERSIONS = (3, 4, 5, 6)
 """Versions this suite reads: an older board's missing columns (all optional) read as empty."""
 
 Cell = float | int | str | None
@@ -85,7 +86,7 @@ def _estimate(
     )
 
 
-def _averages(spec: TaskSpec) -> tuple[TaskColumn, ...]:
+def _averages(spec: ColumnSpec) -> tuple[TaskColumn, ...]:
     """Which items, the micro CI, macro average and its Δ, then one estimate per supercategory."""
     acc_ci = _estimate("acc", "")[1:]  # the micro average itself is a comparison column
     categories = (

@@ -1,7 +1,9 @@
 """The task registry: every task the suite scores, once. The leaderboard's column prefixes, the plots'
 labels, `kqe choose --task`, the Korean-vs-English pairing and the lm-eval task names all derive
 from `TASK_SPECS`; adding a letter-choice task is one entry here, its data loader and its YAML
-(`ko_faq` was added so: this entry, evals/tasks/debian_faq.py, evals/tasks/kqe_ko_faq.yaml)."""
+(`ko_faq` was added so: this entry, evals/tasks/debian_faq.py, evals/tasks/kqe_ko_faq.yaml).
+Any lm-eval multiple-choice task is a task too, named `lm-eval:<name>` (evals/tasks/lm_eval_bridge.py):
+its items come from lm-eval's own YAML, and it fills the `lmeval_*` columns."""
 
 from __future__ import annotations
 
@@ -33,6 +35,16 @@ class TaskSpec:
     """Supercategories its subjects fall in (keys of CATEGORY_LABELS), each a column of its own."""
 
 
+@dataclass(frozen=True)
+class ColumnSpec:
+    """What a leaderboard column prefix is called and which supercategory columns it has."""
+
+    label: str
+    """What reports and plots call its columns."""
+    categories: tuple[str, ...] = ()
+    """Supercategories (keys of CATEGORY_LABELS), each a column of its own."""
+
+
 CATEGORY_LABELS = {
     "stem": "STEM",
     "applied": "Applied Science",
@@ -58,21 +70,36 @@ TASK_SPECS = {
 OTHER_TASKS = ("ko_rag",)
 """Tasks scored by their own modules (ko_rag: evals/tasks/ko_rag/task.py): known names, not prepared here."""
 TASKS = (*TASK_SPECS, *OTHER_TASKS)
+LM_EVAL_PREFIX = "lm-eval:"
+"""What names an lm-eval multiple-choice task in `--tasks`: `lm-eval:kobest_copa`, `lm-eval:haerae`."""
+LM_EVAL_COLUMNS = "lmeval"
+"""Column prefix an lm-eval task fills (its `lmeval_source` says which task): one such task per run."""
 LM_EVAL_TASKS = {task: spec.lm_eval_task for task, spec in TASK_SPECS.items()}
 """Our task name -> name of its lm-eval task in evals/tasks/."""
 COLUMN_PREFIXES = {task: spec.columns for task, spec in TASK_SPECS.items()}
-"""Task -> its leaderboard column prefix; a run scores at most one task per prefix."""
+"""Registry task -> its leaderboard column prefix; a run scores at most one task per prefix."""
 
 
-def _first_per_prefix() -> dict[str, TaskSpec]:
-    found: dict[str, TaskSpec] = {}
+def is_lm_eval_task(task: str) -> bool:
+    """Whether `task` names an lm-eval task (`lm-eval:<name>`) rather than a registry task."""
+    return task.startswith(LM_EVAL_PREFIX)
+
+
+def column_prefix(task: str) -> str:
+    """The leaderboard column prefix `task` fills (registry tasks: their entry; lm-eval tasks: `lmeval`)."""
+    return LM_EVAL_COLUMNS if is_lm_eval_task(task) else TASK_SPECS[task].columns
+
+
+def _first_per_prefix() -> dict[str, ColumnSpec]:
+    found: dict[str, ColumnSpec] = {}
     for spec in TASK_SPECS.values():
-        found.setdefault(spec.columns, spec)
+        found.setdefault(spec.columns, ColumnSpec(spec.label, spec.categories))
+    found[LM_EVAL_COLUMNS] = ColumnSpec("lm-eval task")
     return found
 
 
 COLUMN_SPECS = _first_per_prefix()
-"""Leaderboard column prefix -> the first task registered with it (its label and supercategories)."""
+"""Leaderboard column prefix -> label and supercategories (of the first task registered with it)."""
 COLUMN_LABELS = {prefix: spec.label for prefix, spec in COLUMN_SPECS.items()}
 """Leaderboard column prefix -> label, in column order (Korean first)."""
 KOREAN_TO_ENGLISH = {task: spec.english for task, spec in TASK_SPECS.items() if spec.english}

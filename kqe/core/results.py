@@ -25,8 +25,12 @@ class ItemResult(Record):
     correct: bool
     """Whether `pred == gold` (generative items: exact match), what the paired statistics compare."""
     choice_logprobs: list[float]
-    """Log-probability of each choice's answer token over the full vocabulary (lm-eval's
-    loglikelihood of that one-token continuation), in choice order; empty for generative items."""
+    """Log-likelihood of each choice's continuation, in choice order, as lm-eval computes it: the
+    log-probability of a one-token answer over the full vocabulary, or the sum over the tokens of a
+    longer continuation; empty for generative items."""
+    pred_norm: int | None = None
+    """Index of the highest log-likelihood per character of the choice's text (lm-eval's `acc_norm`);
+    None where every choice is one letter, where it is `pred`."""
     prompt_sha: str
     """Short sha256 of the exact prompt text, to prove two checkpoints saw the same prompt."""
     generated: str | None = None
@@ -250,6 +254,8 @@ class ScoreRun(Record):
     """Items scored (resumed items included)."""
     accuracy: float
     """Fraction correct."""
+    accuracy_norm: float | None = None
+    """Fraction correct by `pred_norm` (lm-eval's `acc_norm`); None when no item has one."""
     items_per_s: float | None
     """Scoring speed of the items scored in this run; None when everything was resumed."""
     items_path: str
