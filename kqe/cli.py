@@ -25,6 +25,7 @@ from kqe.commands.models import models_command
 from kqe.commands.plan import plan_command
 from kqe.commands.quantize import quantize_command
 from kqe.commands.report import report_command
+from kqe.commands.tasks import tasks_command
 from kqe.core.text import printable
 
 
@@ -71,6 +72,7 @@ def main(verbose: bool) -> None:
 COMMANDS = (
     eval_command, models_command, compare_command, calibrate_command, quantize_command, plan_command,
     doctor_command, load_command, choose_command, diff_command, report_command, env_command,
+    tasks_command,
 )  # fmt: skip
 for command in COMMANDS:
     main.add_command(command)

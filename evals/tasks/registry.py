@@ -29,6 +29,8 @@ class TaskSpec:
     """Prefix of the leaderboard columns it fills (`kmmlu`, `mmlu`): one task per prefix per run."""
     label: str
     """What reports and plots call the columns it fills."""
+    licence: str
+    """Licence of its items (`kqe tasks` shows it)."""
     english: str | None = None
     """The English task its loss is contrasted with (the Korean-vs-English gap); None for English tasks."""
     categories: tuple[str, ...] = ()
@@ -55,17 +57,23 @@ CATEGORY_LABELS = {
 KMMLU_CATEGORIES = tuple(CATEGORY_LABELS)
 
 
+KMMLU_LICENCE = "CC-BY-ND-4.0"
+MMLU_LICENCE = "MIT"
 TASK_SPECS = {
-    "kmmlu": TaskSpec(kmmlu_source, 0, "kqe_kmmlu", "kmmlu", "KMMLU", "mmlu", KMMLU_CATEGORIES),
+    "kmmlu": TaskSpec(
+        kmmlu_source, 0, "kqe_kmmlu", "kmmlu", "KMMLU", KMMLU_LICENCE, "mmlu", KMMLU_CATEGORIES
+    ),
     "kmmlu_5shot": TaskSpec(
-        kmmlu_source, 5, "kqe_kmmlu_5shot", "kmmlu", "KMMLU", "mmlu_5shot", KMMLU_CATEGORIES
+        kmmlu_source, 5, "kqe_kmmlu_5shot", "kmmlu", "KMMLU", KMMLU_LICENCE, "mmlu_5shot", KMMLU_CATEGORIES
     ),
     "kmmlu_hard": TaskSpec(
-        kmmlu_hard_source, 0, "kqe_kmmlu_hard", "kmmlu", "KMMLU", "mmlu", KMMLU_CATEGORIES
+        kmmlu_hard_source, 0, "kqe_kmmlu_hard", "kmmlu", "KMMLU", KMMLU_LICENCE, "mmlu", KMMLU_CATEGORIES
     ),
-    "mmlu": TaskSpec(mmlu_source, 0, "kqe_mmlu", "mmlu", "MMLU"),
-    "mmlu_5shot": TaskSpec(mmlu_source, 5, "kqe_mmlu_5shot", "mmlu", "MMLU"),
-    "ko_faq": TaskSpec(ko_faq_source, 0, "kqe_ko_faq", "ko_faq", "KO-FAQ"),
+    "mmlu": TaskSpec(mmlu_source, 0, "kqe_mmlu", "mmlu", "MMLU", MMLU_LICENCE),
+    "mmlu_5shot": TaskSpec(mmlu_source, 5, "kqe_mmlu_5shot", "mmlu", "MMLU", MMLU_LICENCE),
+    "ko_faq": TaskSpec(
+        ko_faq_source, 0, "kqe_ko_faq", "ko_faq", "KO-FAQ", "verbatim-copying permission of the Debian FAQ"
+    ),
 }
 OTHER_TASKS = ("ko_rag",)
 """Tasks scored by their own modules (ko_rag: evals/tasks/ko_rag/task.py): known names, not prepared here."""
