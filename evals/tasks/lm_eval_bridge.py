@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,6 @@ def task_manager(include_path: Path | None, include_defaults: bool = True) -> An
     from lm_eval.tasks import TaskManager
 
     return TaskManager(
-        verbosity="ERROR",
         include_path=str(include_path) if include_path else None,
         include_defaults=include_defaults,
     )
@@ -145,6 +145,9 @@ def load_prompts(
 
 def _load_tasks(bridged: BridgedTask, include_path: Path | None) -> dict[str, Any]:
     """lm-eval's task objects of the leaves; a dataset that cannot be read is one line naming it."""
+    lm_eval_log = logging.getLogger("lm_eval")
+    level = lm_eval_log.level
+    lm_eval_log.setLevel(logging.CRITICAL)  # its errors about metrics we do not compute (kobest's f1)
     try:
         return dict(task_manager(include_path).load(list(bridged.leaves))["tasks"])
     except (ConnectionError, OSError, ValueError) as exc:  # datasets' offline misses are these
@@ -156,6 +159,8 @@ def _load_tasks(bridged: BridgedTask, include_path: Path | None) -> dict[str, An
             "download it once with network (`KQE_ONLINE=1`, or `datasets.load_dataset` with its id), "
             "or copy it into a local json folder under an --include-path YAML"
         ) from None
+    finally:
+        lm_eval_log.setLevel(level)
 
 
 def _leaf_items(suite_task: str, leaf: str, lm_task: Any) -> list[PromptItem]:
