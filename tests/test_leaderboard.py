@@ -17,6 +17,7 @@ from evals.reporting.leaderboard import (
 )
 from evals.reporting.outcome import CheckpointOutcome, RowFindings
 from evals.serving.serve import load_profile
+from evals.tasks.registry import COLUMN_SPECS
 from kqe.core.errors import UserError
 from kqe.core.records import Checkpoint, MemoryReport
 from kqe.core.results import Comparison, ScoreRun
@@ -65,7 +66,7 @@ def test_round_trip_keeps_values(tmp_path: Path) -> None:
     assert back.kmmlu_acc is None
     assert back.disk_gib == pytest.approx(1.0)
     header = path.read_text().splitlines()[0].split(",")
-    unscored = ("kmmlu_", "ko_faq_", "lmeval_")
+    unscored = tuple(f"{prefix}_" for prefix in COLUMN_SPECS if prefix != "mmlu")
     assert header == [c for c in COLUMNS if not c.startswith(unscored)]  # mmlu alone was scored
 
 

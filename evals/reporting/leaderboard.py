@@ -63,6 +63,7 @@ def _task_cells(prefix: str, run: ScoreRun | None, comparison: Comparison | None
                 ko_en_gap=comparison.ko_en_gap,
                 ko_en_gap_ci_low=comparison.ko_en_gap_ci_low,
                 ko_en_gap_ci_high=comparison.ko_en_gap_ci_high,
+                ko_en_gap_pairing=comparison.ko_en_gap_pairing,
             )
     return cells
 

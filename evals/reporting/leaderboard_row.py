@@ -17,9 +17,8 @@ from evals.tasks.registry import CATEGORY_LABELS, COLUMN_SPECS, ColumnSpec
 from kqe.core.records import Record
 
 LEADERBOARD_SCHEMA_VERSION = 6
-"""Version of the leaderboard's columns (`schema_version`); bumped when a column is added or changes.
-4: the target and scoring-placement columns; 5: perplexity CIs, verdicts, calibration effect, KO−EN gap;
-6: the `lmeval_*` columns of an lm-eval task."""
+"""Version of the leaderboard's columns (`schema_version`), bumped when a column is added or changes: 4
+target/placement, 5 perplexity CIs, verdicts, calibration effect, KO−EN gap; 6 lmeval_*, faq_*, pairing."""
 READABLE_SCHEMA_VERSIONS = (3, 4, 5, 6)
 """Versions this suite reads: an older board's missing columns (all optional) read as empty."""
 
@@ -158,11 +157,13 @@ class LeaderboardRow(Record):
     date: str
     """UTC date and time the row was written (ISO 8601, seconds)."""
     ko_en_gap: float | None
-    """KMMLU Δ − MMLU Δ: negative means Korean lost more than English."""
+    """Korean Δ − English Δ (KMMLU − MMLU, or a parallel pair's): negative means Korean lost more."""
     ko_en_gap_ci_low: float | None
     """Lower end of the 95% CI of ko_en_gap."""
     ko_en_gap_ci_high: float | None
     """Upper end of the 95% CI of ko_en_gap."""
+    ko_en_gap_pairing: str | None = None
+    """How ko_en_gap paired the tasks: `matched items` (a parallel pair) or `unpaired (different items)`."""
     calib_effect_vs: str | None = None
     """Checkpoint of the same scheme calibrated on another mix that this row is paired with
     (`awq-w4a16-en100` for `awq-w4a16-ko70`); empty when the run has no such pair."""

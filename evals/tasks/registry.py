@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from evals.tasks.benchmark_data import Source, kmmlu_hard_source, kmmlu_source, mmlu_source
 from evals.tasks.debian_faq import ko_faq_source
+from evals.tasks.faq_chapters import faq_chapter_source
 from kqe.core.workspace import Workspace
 
 
@@ -35,6 +37,9 @@ class TaskSpec:
     """The English task its loss is contrasted with (the Korean-vs-English gap); None for English tasks."""
     categories: tuple[str, ...] = ()
     """Supercategories its subjects fall in (keys of CATEGORY_LABELS), each a column of its own."""
+    parallel: bool = False
+    """Whether its items are its English twin's translated item for item (same item id after the task
+    name), so the Korean-vs-English gap is taken on matched items (`evals/statistics/parallel.py`)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,7 @@ KMMLU_CATEGORIES = tuple(CATEGORY_LABELS)
 
 KMMLU_LICENCE = "CC-BY-ND-4.0"
 MMLU_LICENCE = "MIT"
+DEBIAN_FAQ_LICENCE = "verbatim-copying permission of the Debian FAQ"
 TASK_SPECS = {
     "kmmlu": TaskSpec(
         kmmlu_source, 0, "kqe_kmmlu", "kmmlu", "KMMLU", KMMLU_LICENCE, "mmlu", KMMLU_CATEGORIES
@@ -71,8 +77,24 @@ TASK_SPECS = {
     ),
     "mmlu": TaskSpec(mmlu_source, 0, "kqe_mmlu", "mmlu", "MMLU", MMLU_LICENCE),
     "mmlu_5shot": TaskSpec(mmlu_source, 5, "kqe_mmlu_5shot", "mmlu", "MMLU", MMLU_LICENCE),
-    "ko_faq": TaskSpec(
-        ko_faq_source, 0, "kqe_ko_faq", "ko_faq", "KO-FAQ", "verbatim-copying permission of the Debian FAQ"
+    "ko_faq": TaskSpec(ko_faq_source, 0, "kqe_ko_faq", "ko_faq", "KO-FAQ", DEBIAN_FAQ_LICENCE),
+    "faq_chapter_ko": TaskSpec(
+        partial(faq_chapter_source, "ko"),
+        0,
+        "kqe_faq_chapter_ko",
+        "faq_ko",
+        "FAQ-CHAPTER-KO",
+        DEBIAN_FAQ_LICENCE,
+        "faq_chapter_en",
+        parallel=True,
+    ),
+    "faq_chapter_en": TaskSpec(
+        partial(faq_chapter_source, "en"),
+        0,
+        "kqe_faq_chapter_en",
+        "faq_en",
+        "FAQ-CHAPTER-EN",
+        DEBIAN_FAQ_LICENCE,
     ),
 }
 OTHER_TASKS = ("ko_rag",)
@@ -112,3 +134,5 @@ COLUMN_LABELS = {prefix: spec.label for prefix, spec in COLUMN_SPECS.items()}
 """Leaderboard column prefix -> label, in column order (Korean first)."""
 KOREAN_TO_ENGLISH = {task: spec.english for task, spec in TASK_SPECS.items() if spec.english}
 """Korean task -> the English task its loss is contrasted with."""
+PARALLEL_TASKS = frozenset(task for task, spec in TASK_SPECS.items() if spec.parallel and spec.english)
+"""Korean tasks whose gap to English is taken on matched items."""

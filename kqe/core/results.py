@@ -114,9 +114,13 @@ class Comparison(Record):
     ko_en_gap: float | None = None
     """delta of this task − delta of english_task; negative means the Korean side lost more."""
     ko_en_gap_ci_low: float | None = None
-    """Lower end of the 95% CI of ko_en_gap (each task resampled on its own: different items)."""
+    """Lower end of the 95% CI of ko_en_gap (unpaired: each task resampled on its own; matched: the
+    matched items resampled together)."""
     ko_en_gap_ci_high: float | None = None
     """Upper end of that CI."""
+    ko_en_gap_pairing: str | None = None
+    """How ko_en_gap paired the two tasks: `matched items` (a parallel pair, the same questions) or
+    `unpaired (different items)`."""
     bootstrap_resamples: int
     """Bootstrap resamples behind the CIs."""
     seed: int
