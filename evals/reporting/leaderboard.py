@@ -27,7 +27,7 @@ from evals.reporting.leaderboard_row import (
     columns,
 )
 from evals.reporting.outcome import CheckpointOutcome, RowFindings
-from evals.tasks.registry import column_prefix
+from evals.tasks.registry import PARALLEL_TASKS, column_prefix
 from kqe import __version__
 from kqe.core.errors import UserError
 from kqe.core.io import read_text, write_atomic
@@ -95,7 +95,8 @@ def build_row(outcome: CheckpointOutcome, findings: RowFindings) -> LeaderboardR
 def _comparison_cells(runs: dict[str, ScoreRun], findings: RowFindings) -> dict:
     """Accuracy, comparison with the base and calibration effect, per task column prefix."""
     cells: dict = {}
-    for task in dict.fromkeys([*runs, *findings.vs_base, *findings.vs_control]):
+    scored = dict.fromkeys([*runs, *findings.vs_base, *findings.vs_control])
+    for task in sorted(scored, key=lambda task: task in PARALLEL_TASKS):  # a matched ko_en_gap wins
         prefix = column_prefix(task)  # of tasks sharing a prefix, a run scores one
         if task in runs or task in findings.vs_base:
             cells.update(_task_cells(prefix, runs.get(task), findings.vs_base.get(task)))
