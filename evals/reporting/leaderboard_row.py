@@ -13,12 +13,13 @@ from typing import Any, NamedTuple
 
 from pydantic import Field, TypeAdapter, model_validator
 
-from evals.tasks.registry import CATEGORY_LABELS, COLUMN_SPECS, TaskSpec
+from evals.tasks.registry import CATEGORY_LABELS, COLUMN_SPECS, ColumnSpec
 from kqe.core.records import Record
 
 LEADERBOARD_SCHEMA_VERSION = 6
-"""Version of the leaderboard's columns (`schema_version`), bumped when a column is added or changes:
-4 target/placement; 5 perplexity CIs, verdicts, KO−EN gap; 6 ko_rag answerable F1/EM, abstain precision."""
+"""Version of the leaderboard's columns (`schema_version`), bumped when a column is added or changes: 4
+target/placement; 5 perplexity CIs, verdicts, calibration effect, KO−EN gap; 6 ko_rag answerable F1/EM
+and abstain precision, lmeval_*, faq_*, ko_en_gap_pairing."""
 READABLE_SCHEMA_VERSIONS = (3, 4, 5, 6)
 """Versions this suite reads: an older board's missing columns (all optional) read as empty."""
 
@@ -85,7 +86,7 @@ def _estimate(
     )
 
 
-def _averages(spec: TaskSpec) -> tuple[TaskColumn, ...]:
+def _averages(spec: ColumnSpec) -> tuple[TaskColumn, ...]:
     """Which items, the micro CI, macro average and its Δ, then one estimate per supercategory."""
     acc_ci = _estimate("acc", "")[1:]  # the micro average itself is a comparison column
     categories = (
@@ -157,11 +158,13 @@ class LeaderboardRow(Record):
     date: str
     """UTC date and time the row was written (ISO 8601, seconds)."""
     ko_en_gap: float | None
-    """KMMLU Δ − MMLU Δ: negative means Korean lost more than English."""
+    """Korean Δ − English Δ (KMMLU − MMLU, or a parallel pair's): negative means Korean lost more."""
     ko_en_gap_ci_low: float | None
     """Lower end of the 95% CI of ko_en_gap."""
     ko_en_gap_ci_high: float | None
     """Upper end of the 95% CI of ko_en_gap."""
+    ko_en_gap_pairing: str | None = None
+    """How ko_en_gap paired the tasks: `matched items` (a parallel pair) or `unpaired (different items)`."""
     calib_effect_vs: str | None = None
     """Checkpoint of the same scheme calibrated on another mix that this row is paired with
     (`awq-w4a16-en100` for `awq-w4a16-ko70`); empty when the run has no such pair."""

@@ -9,7 +9,7 @@ Tokenization follows lm-eval's HF backend (`HFLM.tok_encode` and `TemplateLM._en
 whitespace moves from the context to the continuation, the tokenizer's own special tokens are added
 (BOS for Llama and Gemma tokenizers) unless the text already starts with BOS, and the continuation is
 the tail of encode(context + continuation) after encode(context). Every continuation must be exactly
-one token: multi-token continuations are out of scope for this fast path and raise `UserError`.
+one token: multi-token continuations go through `evals/scoring/continuation.py` instead.
 
 Request:  POST /v1/completions {"model", "prompt": [[context token ids], …], "max_tokens": 1,
           "temperature": 0, "logprobs": <n choices>, "logprob_token_ids": [choice ids],
@@ -175,9 +175,17 @@ def batches(encoded: list[EncodedItem], size: int, max_tokens: int = BATCH_TOKEN
     return [run for runs in groups.values() for run in runs]
 
 
+def _argmax(values: list[float]) -> int:
+    """The first index of the highest value (ties go to the lower index, as `np.argmax`)."""
+    return max(range(len(values)), key=lambda index: (values[index], -index))
+
+
 def item_result(item: PromptItem, logprobs: list[float]) -> ItemResult:
-    """An item's result; pred is the first index of the highest log-prob (ties go to the lower index)."""
-    pred = max(range(len(logprobs)), key=lambda index: (logprobs[index], -index))
+    """An item's result: pred the argmax of the log-likelihoods; pred_norm (items whose choices have
+    texts) that of the log-likelihoods per character, lm-eval's acc_norm."""
+    pred = _argmax(logprobs)
+    chars = item.choice_chars
+    pred_norm = _argmax([lp / n for lp, n in zip(logprobs, chars, strict=True)]) if chars else None
     return ItemResult(
         task=item.task,
         subject=item.subject,
@@ -186,6 +194,7 @@ def item_result(item: PromptItem, logprobs: list[float]) -> ItemResult:
         pred=pred,
         correct=pred == item.gold,
         choice_logprobs=logprobs,
+        pred_norm=pred_norm,
         prompt_sha=prompt_sha(item.prompt),
     )
 

@@ -125,11 +125,13 @@ def summarize(
     """The ScoreRun of a task's item results (micro accuracy)."""
     if not results:
         raise ValueError(f"no results to summarize for {checkpoint} {task}")
+    normed = [result.pred_norm == result.gold for result in results if result.pred_norm is not None]
     return ScoreRun(
         checkpoint=checkpoint,
         task=task,
         n_items=len(results),
         accuracy=sum(result.correct for result in results) / len(results),
+        accuracy_norm=sum(normed) / len(normed) if len(normed) == len(results) else None,
         items_per_s=items_per_s,
         items_path=str(items_path),
         profile_key=profile_key,

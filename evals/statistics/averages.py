@@ -28,7 +28,7 @@ from evals.reporting.leaderboard_row import LeaderboardRow, scored_tasks
 from evals.statistics.pairing import Scored, pair_items
 from evals.statistics.stats import BOOTSTRAP_RESAMPLES, SEED, percentile_ci
 from evals.tasks import benchmark_data
-from evals.tasks.registry import CATEGORY_LABELS, COLUMN_SPECS, TASK_SPECS
+from evals.tasks.registry import CATEGORY_LABELS, COLUMN_SPECS, TASK_SPECS, column_prefix
 
 
 @dataclass(frozen=True)
@@ -149,12 +149,13 @@ def leaderboard_cells(
     """
     cells: dict[str, object] = {}
     for task, label in labels.items():
-        prefix = TASK_SPECS[task].columns
+        prefix = column_prefix(task)
         cells[f"{prefix}_source"] = label
         scored = items.get(task)
         if not scored:
             continue
-        categories = benchmark_data.kmmlu_categories() if TASK_SPECS[task].categories else None
+        registered = TASK_SPECS.get(task)
+        categories = benchmark_data.kmmlu_categories() if registered and registered.categories else None
         averages = task_averages(scored, categories, resamples, seed)
         micro = _cells(prefix, "acc", averages.micro)
         cells |= {column: value for column, value in micro.items() if column != f"{prefix}_acc"}

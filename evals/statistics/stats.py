@@ -28,6 +28,8 @@ from kqe.core.results import Comparison
 BOOTSTRAP_RESAMPLES = 10_000
 SEED = 20261129
 ALPHA = 0.05
+UNPAIRED = "unpaired (different items)"
+"""`ko_en_gap_pairing` of two tasks on different items (evals/statistics/parallel.py: matched items)."""
 """Two-sided level of the McNemar test and of the 95% CIs."""
 POWER = 0.80
 """Power the minimum detectable effect is computed for."""
@@ -355,8 +357,8 @@ def compare_tasks(
             en, en_deltas = results[english]
             gap_low, gap_high = percentile_ci(deltas - en_deltas)
             update |= {
-                "english_task": english, "ko_en_gap": c.delta - en.delta,
-                "ko_en_gap_ci_low": gap_low, "ko_en_gap_ci_high": gap_high,
+                "english_task": english, "ko_en_gap": c.delta - en.delta, "ko_en_gap_ci_low": gap_low,
+                "ko_en_gap_ci_high": gap_high, "ko_en_gap_pairing": UNPAIRED,
             }  # fmt: skip
         final[task] = c.model_copy(update=update)
     return final

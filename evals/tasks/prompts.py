@@ -29,7 +29,15 @@ from pathlib import Path
 from typing import Any
 
 from evals.tasks import benchmark_data as data
-from evals.tasks.registry import LM_EVAL_TASKS, TASK_SPECS, TASKS, TaskSpec
+from evals.tasks.registry import (
+    LM_EVAL_PREFIX,
+    LM_EVAL_TASKS,
+    TASK_SPECS,
+    TASKS,
+    TaskSpec,
+    column_prefix,
+    is_lm_eval_task,
+)
 from kqe.core.errors import UserError
 from kqe.core.io import write_atomic
 from kqe.core.records import content_hash
@@ -60,6 +68,9 @@ class PromptItem:
     """Continuation of each choice exactly as lm-eval appends it (target delimiter included)."""
     gold: int
     """Index of the correct choice."""
+    choice_chars: tuple[int, ...] = ()
+    """Length in characters of each choice's text (lm-eval's `acc_norm` divisor); empty when every
+    choice is one letter, where acc_norm is acc."""
 
 
 def _allocate(sizes: dict[str, int], limit: int, rng: random.Random) -> dict[str, int]:
@@ -103,15 +114,17 @@ def stratified_sample(rows: list[dict[str, Any]], limit: int | None, seed: int) 
 
 
 def check_tasks(tasks: list[str]) -> None:
-    """Known task names, at most one per leaderboard column prefix; anything else is a UserError."""
-    unknown = [task for task in tasks if task not in TASKS]
+    """Known task names (or `lm-eval:<name>`, resolved later), at most one per leaderboard column
+    prefix; anything else is a UserError."""
+    unknown = [task for task in tasks if task not in TASKS and not is_lm_eval_task(task)]
+    known = f"{', '.join(TASKS)}, or {LM_EVAL_PREFIX}<task> (`kqe tasks` lists them)"
     if not tasks:
-        raise UserError(f"--tasks names no task: choose from {', '.join(TASKS)}")
+        raise UserError(f"--tasks names no task: choose from {known}")
     if unknown:
-        raise UserError(f"unknown task(s) {unknown}: choose from {', '.join(TASKS)}")
+        raise UserError(f"unknown task(s) {unknown}: choose from {known}")
     by_columns: dict[str, list[str]] = defaultdict(list)
-    for task in dict.fromkeys(task for task in tasks if task in TASK_SPECS):
-        by_columns[TASK_SPECS[task].columns].append(task)
+    for task in dict.fromkeys(task for task in tasks if task in TASK_SPECS or is_lm_eval_task(task)):
+        by_columns[column_prefix(task)].append(task)
     for prefix, clash in by_columns.items():
         if len(clash) > 1:
             raise UserError(

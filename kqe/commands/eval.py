@@ -72,7 +72,7 @@ from kqe.core.workspace import Workspace
     default=",".join(defaults.TASKS),
     show_default=True,
     help="Comma-separated tasks: kmmlu (offline: the KMMLU-HARD dev items), kmmlu_5shot, kmmlu_hard, mmlu, "
-    "mmlu_5shot, ko_rag.",
+    "mmlu_5shot, ko_faq, ko_rag, or any lm-eval multiple-choice task as lm-eval:<task> (kqe tasks).",
 )
 @click.option(
     "--limit",
@@ -134,6 +134,12 @@ from kqe.core.workspace import Workspace
     show_default=True,
     type=Number(0, above=True),
     help="Seconds of load per checkpoint.",
+)
+@click.option(
+    "--include-path",
+    default=None,
+    help="Folder of your own lm-eval task YAMLs: their tasks are scored as lm-eval:<task> "
+    "(kqe tasks --include-path DIR lists them).",
 )
 @click.option(
     "--rag-data",

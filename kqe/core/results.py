@@ -25,8 +25,12 @@ class ItemResult(Record):
     correct: bool
     """Whether `pred == gold` (generative items: exact match), what the paired statistics compare."""
     choice_logprobs: list[float]
-    """Log-probability of each choice's answer token over the full vocabulary (lm-eval's
-    loglikelihood of that one-token continuation), in choice order; empty for generative items."""
+    """Log-likelihood of each choice's continuation, in choice order, as lm-eval computes it: the
+    log-probability of a one-token answer over the full vocabulary, or the sum over the tokens of a
+    longer continuation; empty for generative items."""
+    pred_norm: int | None = None
+    """Index of the highest log-likelihood per character of the choice's text (lm-eval's `acc_norm`);
+    None where every choice is one letter, where it is `pred`."""
     prompt_sha: str
     """Short sha256 of the exact prompt text, to prove two checkpoints saw the same prompt."""
     generated: str | None = None
@@ -110,9 +114,13 @@ class Comparison(Record):
     ko_en_gap: float | None = None
     """delta of this task − delta of english_task; negative means the Korean side lost more."""
     ko_en_gap_ci_low: float | None = None
-    """Lower end of the 95% CI of ko_en_gap (each task resampled on its own: different items)."""
+    """Lower end of the 95% CI of ko_en_gap (unpaired: each task resampled on its own; matched: the
+    matched items resampled together)."""
     ko_en_gap_ci_high: float | None = None
     """Upper end of that CI."""
+    ko_en_gap_pairing: str | None = None
+    """How ko_en_gap paired the two tasks: `matched items` (a parallel pair, the same questions) or
+    `unpaired (different items)`."""
     bootstrap_resamples: int
     """Bootstrap resamples behind the CIs."""
     seed: int
@@ -250,6 +258,8 @@ class ScoreRun(Record):
     """Items scored (resumed items included)."""
     accuracy: float
     """Fraction correct."""
+    accuracy_norm: float | None = None
+    """Fraction correct by `pred_norm` (lm-eval's `acc_norm`); None when no item has one."""
     items_per_s: float | None
     """Scoring speed of the items scored in this run; None when everything was resumed."""
     items_path: str

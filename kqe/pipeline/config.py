@@ -17,9 +17,9 @@ from evals.planning.vllm_memory import gpu_named
 from evals.serving import hardware, serve
 from evals.serving.hardware import Device
 from evals.serving.processes import forced_port
-from evals.tasks import item_sets, prompts
+from evals.tasks import item_sets, lm_eval_bridge, prompts
 from evals.tasks.ko_rag import task as rag_task
-from evals.tasks.registry import TASK_SPECS
+from evals.tasks.registry import TASK_SPECS, is_lm_eval_task
 from kqe.core import defaults
 from kqe.core.errors import UserError
 from kqe.core.modelstore import LocalModel, local_model
@@ -78,6 +78,8 @@ class EvalConfig(Record):
     """Seconds of load per checkpoint when `load` is on."""
     rag_data: str | None = None
     """Folder with docs.jsonl + questions.jsonl that ko_rag scores instead of its built-in set."""
+    include_path: str | None = None
+    """Folder of a user's lm-eval task YAMLs, searched with lm-eval's own for `lm-eval:<task>` tasks."""
     recipes: str | None = None
     """TOML file of named recipes (`quantize.recipes`): its tables can be listed in `schemes`."""
     extra: tuple[str, ...] = ()
@@ -110,6 +112,8 @@ class EvalConfig(Record):
             parts += ["--load", "--load-duration-s", f"{self.load_duration_s:g}"]
         if self.rag_data:
             parts += ["--rag-data", self.rag_data]
+        if self.include_path:
+            parts += ["--include-path", self.include_path]
         if self.trust_remote_code:
             parts.append("--trust-remote-code")
         if self.recipes:
@@ -197,6 +201,7 @@ def plan_run(cfg: EvalConfig, ws: Workspace, spec: ModelSpec) -> RunPlan:
         raise UserError(f"extra {','.join(cfg.extra)!r} repeats a checkpoint name: list each folder once")
     prompts.check_tasks(list(cfg.tasks))
     prompts.check_limit(cfg.limit)
+    lm_eval_tasks(cfg)  # an unknown or generation lm-eval task is said before any build
     if cfg.rag_data and rag_task.TASK in cfg.tasks:  # a user's ko_rag folder reads, before any build
         rag_task.load_source(ws, Path(cfg.rag_data))
     serve.check_serve_env(ws)
@@ -206,6 +211,12 @@ def plan_run(cfg: EvalConfig, ws: Workspace, spec: ModelSpec) -> RunPlan:
     formats = {e.name: recipes[e.scheme].scheme if e.scheme in recipes else e.scheme for e in entries}
     placement = _placement(cfg, local, spec, profile, formats)
     return RunPlan(spec, profile, entries, recipes, extras, placement, hardware.native_dtype_on(local))
+
+
+def lm_eval_tasks(cfg: EvalConfig) -> list[lm_eval_bridge.BridgedTask]:
+    """The run's `lm-eval:<task>` tasks, resolved against lm-eval's YAMLs and `cfg.include_path`."""
+    include = lm_eval_bridge.check_include_path(cfg.include_path)
+    return [lm_eval_bridge.resolve(task, include) for task in cfg.tasks if is_lm_eval_task(task)]
 
 
 def _placement(
@@ -244,6 +255,10 @@ def prepare_matrix(cfg: EvalConfig, ws: Workspace, progress: Progress) -> RunMat
         data_dir = prompts.prepare_tasks(ws, choice_tasks, cfg.limit, cfg.seed, cfg.items.online)
         task_prompts = {task: prompts.load_prompts(task, data_dir) for task in choice_tasks}
         sources = {task: prompts.source_label(task, data_dir) for task in choice_tasks}
+    for bridged in lm_eval_tasks(cfg):
+        include = lm_eval_bridge.check_include_path(cfg.include_path)
+        task_prompts[bridged.name] = lm_eval_bridge.load_prompts(bridged, include, cfg.limit, cfg.seed)
+        sources[bridged.name] = lm_eval_bridge.source_label(bridged, task_prompts[bridged.name], cfg.limit)
     rag = None
     if rag_task.TASK in cfg.tasks:  # contexts are cut with the base's tokenizer, shared by its checkpoints
         rag_dir = Path(cfg.rag_data) if cfg.rag_data else None

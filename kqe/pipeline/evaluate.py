@@ -14,7 +14,7 @@ from typing import Any
 from evals.capacity import load
 from evals.capacity import load_prompts as rag_prompts
 from evals.reporting.outcome import CheckpointOutcome
-from evals.scoring import generate, perplexity, score
+from evals.scoring import continuation, generate, perplexity
 from evals.serving import serve
 from evals.serving.doctor.diagnose import diagnose
 from evals.serving.memory import with_checkpoint_weights
@@ -182,10 +182,10 @@ def _score_restarting(
 def _score_task(
     matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer, task: str, out: Path
 ) -> ScoreRun:
-    """Letter-choice tasks by their choice log-probs; ko_rag's generated answers by generate.py."""
+    """Choice tasks by their choices' log-likelihoods; ko_rag's generated answers by generate.py."""
     where = (Path(ckpt.path), server.endpoint, out, ckpt.name)
     concurrency, progress = matrix.cfg.concurrency, partial(matrix.progress, f"score {ckpt.name} {task}")
     key = matrix.score_profile(ckpt.name).key
     if task == rag_task.TASK and matrix.rag is not None:
         return generate.score_generation(matrix.rag.generation, *where, key, concurrency, progress)
-    return score.score_task(matrix.prompts[task], *where, key, concurrency, progress)
+    return continuation.score_choices(matrix.prompts[task], *where, key, concurrency, progress)

@@ -18,7 +18,7 @@ from evals.reporting.leaderboard_row import LeaderboardRow
 from evals.reporting.outcome import CheckpointOutcome, RowFindings
 from evals.scoring import perplexity
 from evals.serving import hardware, serve
-from evals.statistics import averages, perplexity_stats, stats
+from evals.statistics import averages, parallel, perplexity_stats, stats
 from evals.statistics.perplexity_stats import PerplexityFindings
 from evals.tasks.ko_rag import metrics as rag_metrics
 from kqe.core.errors import UserError
@@ -58,15 +58,17 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress, executor: Execu
     perplexity: list[PerplexityComparison] = []
     gaps: list[PerplexityGap] = []
     # every task both hold; Holm across the tasks (or the run: --multiplicity); the Korean task
-    # carries its gap to English. The base is not compared with itself: its row keeps Δ empty.
-    vs_base = stats.adjust_run(
-        {
-            name: stats.compare_tasks(BASE, name, base.items, o.items)
-            for name, o in outcomes.items()
-            if name != BASE
-        },
-        cfg.multiplicity,
-    )
+    # carries its gap to English (on matched items for a parallel pair). The base is not compared with
+    # itself: its row keeps Δ empty.
+    compared = {
+        name: stats.compare_tasks(BASE, name, base.items, o.items)
+        for name, o in outcomes.items()
+        if name != BASE
+    }
+    matched = {
+        name: parallel.with_matched_gaps(c, base.items, outcomes[name].items) for name, c in compared.items()
+    }
+    vs_base = stats.adjust_run(matched, cfg.multiplicity)
     for name, outcome in outcomes.items():
         control = outcomes.get(matrix.references.get(name, ""))
         findings = _findings(matrix, outcome, base, vs_base.get(name, {}), control)

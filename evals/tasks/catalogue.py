@@ -1,0 +1,104 @@
+"""Every task the suite can score, for `kqe tasks`: the registry's, lm-eval's Korean multiple-choice
+catalogue, and a user's YAMLs under an include path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from evals.tasks import lm_eval_bridge
+from evals.tasks.registry import LM_EVAL_PREFIX, TASK_SPECS
+from kqe.core.errors import UserError
+from kqe.core.records import Record
+from kqe.core.workspace import Workspace
+
+KOREAN_LM_EVAL = (
+    "kobest", "haerae", "click", "kmmlu", "kormedmcqa", "mmmlu_ko_kr", "global_mmlu_full_ko",
+    "global_mmlu_ko", "belebele_kor_Hang",
+)  # fmt: skip
+"""Name prefixes of the Korean tasks lm-eval ships; `kqe tasks` lists those that are multiple choice
+(any other lm-eval multiple-choice task is scored too when named)."""
+DATASET_LICENCES = {
+    "HAERAE-HUB/KMMLU": "CC-BY-ND-4.0",
+    "openai/MMMLU": "MIT",
+    "facebook/belebele": "CC-BY-SA-4.0",
+    "skt/kobest_v1": "CC-BY-SA-4.0",
+}
+"""Licences of the hub datasets lm-eval's Korean tasks read, where their dataset cards state one."""
+UNKNOWN_LICENCE = "see the dataset card"
+
+
+class TaskListing(Record):
+    """One line of `kqe tasks`."""
+
+    name: str
+    """What `--tasks` takes."""
+    source: str
+    """`registry`, `lm-eval` (a YAML shipped with lm-eval) or `user` (under the include path)."""
+    items: int | None
+    """Items an offline run scores from it (registry tasks) or that its local data holds (user
+    tasks); None when they are only counted on reading the hub dataset."""
+    subjects: int | None
+    """Subjects (the paired bootstrap's clusters): an lm-eval group's leaf tasks; None when unknown."""
+    licence: str
+    """Licence of its items."""
+    availability: str
+    """`offline`, or `online` with the hub dataset that must be downloaded (or cached) first."""
+    english: str | None
+    """The English task its loss is contrasted with, if any."""
+
+
+def listings(ws: Workspace, include_path: str | None) -> list[TaskListing]:
+    """Registry tasks, then lm-eval's Korean multiple-choice tasks, then the include path's tasks."""
+    include = lm_eval_bridge.check_include_path(include_path)
+    found = [_registry_listing(ws, task) for task in TASK_SPECS]
+    index = lm_eval_bridge.task_manager(include).task_index
+    for name in sorted(index):
+        user = include is not None and _under_include(index[name].yaml_path, include)
+        if not user and not name.startswith(KOREAN_LM_EVAL):
+            continue
+        try:
+            bridged = lm_eval_bridge.resolve(LM_EVAL_PREFIX + name, include)
+        except UserError:  # a generation task, or a group holding one: not scorable here
+            continue
+        found.append(_lm_eval_listing(bridged, include))
+    return found
+
+
+def _under_include(path: Path | None, include: Path) -> bool:
+    return path is not None and path.resolve().is_relative_to(include)
+
+
+def _registry_listing(ws: Workspace, task: str) -> TaskListing:
+    spec = TASK_SPECS[task]
+    try:
+        offline, online = spec.source(ws, False), spec.source(ws, True)
+    except UserError as exc:  # ko_faq before `make setup`
+        return TaskListing(
+            name=task, source="registry", items=None, subjects=None, licence=spec.licence,
+            availability=f"offline once set up ({exc})", english=spec.english,
+        )  # fmt: skip
+    availability = "offline"
+    if online.hub:
+        availability += f" ({offline.name}); online: {online.name} from {online.where}"
+    return TaskListing(
+        name=task, source="registry", items=offline.items, subjects=None, licence=spec.licence,
+        availability=availability, english=spec.english,
+    )  # fmt: skip
+
+
+def _lm_eval_listing(bridged: lm_eval_bridge.BridgedTask, include: Path | None) -> TaskListing:
+    items, subjects = None, len(bridged.leaves)
+    if bridged.source == "user" and bridged.local:  # small local data: counted, subjects as scored
+        try:
+            prompts = lm_eval_bridge.load_prompts(bridged, include, None, 0)
+            items, subjects = len(prompts), len({item.subject for item in prompts})
+        except UserError:  # listed all the same; `kqe eval` says what is wrong with it
+            pass
+    hubs = {dataset.split(" (")[0] for dataset in bridged.datasets}
+    licences = sorted({DATASET_LICENCES.get(hub, UNKNOWN_LICENCE) for hub in hubs})
+    licence = "the user's" if bridged.source == "user" else ", ".join(licences)
+    where = "offline" if bridged.local else f"online: {', '.join(bridged.datasets)}"
+    return TaskListing(
+        name=bridged.name, source=bridged.source, items=items, subjects=subjects,
+        licence=licence, availability=where, english=None,
+    )  # fmt: skip

@@ -1,0 +1,209 @@
+"""Any lm-eval multiple-choice task as a suite task: `lm-eval:<task or group>` in `--tasks`.
+
+lm-eval's own `TaskManager` finds the task (its shipped YAMLs, plus a user's `--include-path DIR`) and its
+own task object builds every request, few-shot examples included (seeded as `lm_eval` seeds them), so the
+context and continuations our scorer sends are byte for byte what `lm_eval --tasks <task>` sends. A group
+(or tag) is scored as one suite task whose subjects (the paired bootstrap's clusters) are its leaf tasks;
+a YAML whose `metadata` names `kqe_subject_field` takes each document's subject from that field instead.
+
+Only `multiple_choice` tasks are bridged: generation tasks (`generate_until`) have no choices to compare.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evals.tasks.prompts import PromptItem, stratified_sample
+from evals.tasks.registry import LM_EVAL_PREFIX as PREFIX
+from kqe.core.errors import UserError
+
+SUBJECT_FIELD = "kqe_subject_field"
+"""Key of a task YAML's `metadata` naming the document field that holds its subject."""
+FEWSHOT_SEED = 1234
+"""lm-eval's default `fewshot_random_seed` (`lm_eval.defaults.DEFAULT_OTHER_SEED`), so the same
+few-shot examples are drawn as `lm_eval` draws them."""
+LOCAL_BUILDERS = frozenset({"json", "csv", "parquet", "text", "arrow"})
+"""`dataset_path` values that read local `data_files` rather than a hub dataset."""
+
+
+@dataclass(frozen=True)
+class BridgedTask:
+    """An lm-eval task or group, checked to be multiple choice, with where its data comes from."""
+
+    name: str
+    """Suite task name, `lm-eval:<lm-eval name>`."""
+    leaves: tuple[str, ...]
+    """Its lm-eval leaf tasks (itself for a plain task), each a subject unless a field names them."""
+    source: str
+    """`lm-eval` for a YAML shipped with lm-eval, `user` for one under the include path."""
+    datasets: tuple[str, ...]
+    """Each distinct dataset it reads: a hub id (with its config), or a local builder and its files."""
+    local: bool
+    """Whether every dataset is read from local files (scorable offline without a datasets cache)."""
+
+    @property
+    def lm_eval_name(self) -> str:
+        return self.name.removeprefix(PREFIX)
+
+
+def check_include_path(include_path: str | None) -> Path | None:
+    """The include folder, or a UserError when it does not exist or holds no YAML."""
+    if include_path is None:
+        return None
+    path = Path(include_path).expanduser()
+    if not path.is_dir():
+        raise UserError(f"--include-path {include_path}: not a folder; give a folder of lm-eval task YAMLs")
+    if not any(path.rglob("*.yaml")) and not any(path.rglob("*.yml")):
+        raise UserError(
+            f"--include-path {include_path}: no *.yaml task files in it; put lm-eval task YAMLs there"
+        )
+    return path.resolve()
+
+
+@functools.lru_cache(maxsize=4)
+def task_manager(include_path: Path | None, include_defaults: bool = True) -> Any:
+    """lm-eval's TaskManager over its shipped YAMLs and the include folder (indexing takes ~10 s)."""
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager(
+        include_path=str(include_path) if include_path else None,
+        include_defaults=include_defaults,
+    )
+
+
+def resolve(task: str, include_path: Path | None) -> BridgedTask:
+    """The bridged task `task` names; UserError when lm-eval has no such task or it is not multiple choice."""
+    name = task.removeprefix(PREFIX)
+    index = task_manager(include_path).task_index
+    if name not in index:
+        close = difflib.get_close_matches(name, list(index), n=5, cutoff=0.6)
+        hint = f"closest: {', '.join(PREFIX + c for c in close)}" if close else "`kqe tasks` lists them"
+        raise UserError(f"--tasks {task}: lm-eval has no task or group {name!r}; {hint}")
+    leaves = _leaves(name, index)
+    configs = {leaf: index[leaf].cfg or {} for leaf in leaves}
+    not_choice = {leaf: cfg.get("output_type") for leaf, cfg in configs.items()}
+    not_choice = {leaf: kind for leaf, kind in not_choice.items() if kind != "multiple_choice"}
+    if not_choice:
+        leaf, kind = next(iter(not_choice.items()))
+        raise UserError(
+            f"--tasks {task}: {leaf} is a {kind} task, not multiple choice; the suite scores lm-eval "
+            "tasks with output_type multiple_choice (kobest_*, haerae, click, belebele_*, kmmlu, mmmlu_*, …)"
+        )
+    datasets = tuple(dict.fromkeys(_dataset(cfg) for cfg in configs.values()))
+    user = include_path is not None and any(_under(index[leaf].yaml_path, include_path) for leaf in leaves)
+    local = all(_is_local(cfg) for cfg in configs.values())
+    return BridgedTask(PREFIX + name, tuple(leaves), "user" if user else "lm-eval", datasets, local)
+
+
+def _leaves(name: str, index: dict[str, Any]) -> list[str]:
+    """The leaf tasks of a task, group or tag, in lm-eval's order, each once."""
+    from lm_eval.tasks._index import Kind
+
+    entry = index[name]
+    if entry.kind == Kind.TAG:
+        members = [other.name for other in index.values() if name in other.tags]
+    elif entry.kind == Kind.GROUP:
+        members = [member for member in (entry.cfg or {}).get("task", []) if isinstance(member, str)]
+    else:
+        return [name]
+    return list(
+        dict.fromkeys(leaf for member in members if member in index for leaf in _leaves(member, index))
+    )
+
+
+def _under(path: Path | None, folder: Path) -> bool:
+    return path is not None and path.resolve().is_relative_to(folder)
+
+
+def _is_local(cfg: dict[str, Any]) -> bool:
+    path = str(cfg.get("dataset_path") or "")
+    return bool(cfg.get("custom_dataset")) or path in LOCAL_BUILDERS or Path(path).expanduser().exists()
+
+
+def _dataset(cfg: dict[str, Any]) -> str:
+    path = str(cfg.get("dataset_path") or "custom_dataset")
+    if path in LOCAL_BUILDERS:
+        files = (cfg.get("dataset_kwargs") or {}).get("data_files")
+        return f"{path} {files}"
+    return f"{path} ({cfg['dataset_name']})" if cfg.get("dataset_name") else path
+
+
+def load_prompts(
+    bridged: BridgedTask, include_path: Path | None, limit: int | None, seed: int
+) -> list[PromptItem]:
+    """Every item of `bridged` as lm-eval builds it, `limit` of them sampled across subjects (seeded)."""
+    tasks = _load_tasks(bridged, include_path)
+    items = [item for leaf in bridged.leaves for item in _leaf_items(bridged.name, leaf, tasks[leaf])]
+    rows = [{"subject": item.subject, "position": position} for position, item in enumerate(items)]
+    return [items[row["position"]] for row in stratified_sample(rows, limit, seed)]
+
+
+def _load_tasks(bridged: BridgedTask, include_path: Path | None) -> dict[str, Any]:
+    """lm-eval's task objects of the leaves; a dataset that cannot be read is one line naming it."""
+    lm_eval_log = logging.getLogger("lm_eval")
+    level = lm_eval_log.level
+    lm_eval_log.setLevel(logging.CRITICAL)  # its errors about metrics we do not compute (kobest's f1)
+    try:
+        return dict(task_manager(include_path).load(list(bridged.leaves))["tasks"])
+    except (ConnectionError, OSError, ValueError) as exc:  # datasets' offline misses are these
+        where = "; ".join(bridged.datasets)
+        if bridged.local:
+            raise UserError(f"{bridged.name}: its dataset {where} could not be read ({exc})") from None
+        raise UserError(
+            f"{bridged.name}: dataset {where} is not available offline (not in the datasets cache); "
+            "download it once with network (`KQE_ONLINE=1`, or `datasets.load_dataset` with its id), "
+            "or copy it into a local json folder under an --include-path YAML"
+        ) from None
+    finally:
+        lm_eval_log.setLevel(level)
+
+
+def _leaf_items(suite_task: str, leaf: str, lm_task: Any) -> list[PromptItem]:
+    """The items of one leaf task from lm-eval's own requests (context and continuation per choice)."""
+    lm_task.set_fewshot_seed(seed=FEWSHOT_SEED)
+    lm_task.build_all_requests()
+    by_doc: dict[int, list[Any]] = {}
+    for instance in lm_task.instances:
+        by_doc.setdefault(instance.doc_id, []).append(instance)
+    field = (lm_task.config.metadata or {}).get(SUBJECT_FIELD)
+    items = []
+    for doc_id in sorted(by_doc):
+        instances = sorted(by_doc[doc_id], key=lambda instance: instance.idx)
+        doc = instances[0].doc
+        contexts = {instance.arguments[0] for instance in instances}
+        if len(contexts) != 1:
+            raise UserError(f"{suite_task}: {leaf} builds a different context per choice (multiple_input)")
+        choices = [str(choice) for choice in lm_task.doc_to_choice(doc)]
+        items.append(
+            PromptItem(
+                task=suite_task,
+                subject=str(doc[field]) if field else leaf,
+                item_id=f"{leaf}/{doc_id}",
+                prompt=contexts.pop(),
+                continuations=tuple(instance.arguments[1] for instance in instances),
+                gold=_gold(suite_task, leaf, doc_id, lm_task.doc_to_target(doc), choices),
+                choice_chars=tuple(len(choice) for choice in choices),
+            )
+        )
+    return items
+
+
+def _gold(suite_task: str, leaf: str, doc_id: int, target: Any, choices: list[str]) -> int:
+    """The gold index as lm-eval reads a target: an index, or the text of a choice."""
+    if isinstance(target, str) and target in choices:
+        return choices.index(target)
+    if isinstance(target, int) and 0 <= target < len(choices):
+        return target
+    raise UserError(f"{suite_task}: {leaf} document {doc_id} has target {target!r}, not one of its choices")
+
+
+def source_label(bridged: BridgedTask, items: list[PromptItem], limit: int | None) -> str:
+    """What the scored items are, e.g. `lm-eval kobest_copa (skt/kobest_v1 (copa)), 40 items sampled`."""
+    where = "; ".join(bridged.datasets)
+    sampled = " sampled across subjects" if limit is not None and len(items) == limit else ""
+    return f"{bridged.source} {bridged.lm_eval_name} ({where}), {len(items):,} items{sampled}"
