@@ -16,10 +16,10 @@ from pydantic import Field, TypeAdapter, model_validator
 from evals.tasks.registry import CATEGORY_LABELS, COLUMN_SPECS, TaskSpec
 from kqe.core.records import Record
 
-LEADERBOARD_SCHEMA_VERSION = 5
-"""Version of the leaderboard's columns (`schema_version`); bumped when a column is added or changes.
-4: the target and scoring-placement columns; 5: perplexity CIs, verdicts, calibration effect, KO−EN gap."""
-READABLE_SCHEMA_VERSIONS = (3, 4, 5)
+LEADERBOARD_SCHEMA_VERSION = 6
+"""Version of the leaderboard's columns (`schema_version`), bumped when a column is added or changes: 4 target
+and placement; 5 perplexity CIs, verdicts, calibration effect, KO−EN gap; 6 load_* by `vllm bench serve`."""
+READABLE_SCHEMA_VERSIONS = (3, 4, 5, 6)
 """Versions this suite reads: an older board's missing columns (all optional) read as empty."""
 
 Cell = float | int | str | None
@@ -301,13 +301,15 @@ class LeaderboardRow(Record):
     max_concurrency: float | None
     """Requests of max-model-len tokens served at once."""
     load_concurrency: int | None
-    """Requests in flight during the capacity measurement (the profile's max-num-seqs), if measured."""
+    """Requests in flight at the `vllm bench serve` target level: max-num-seqs (all levels: run.json)."""
     load_output_tokens_per_s: float | None
-    """Output tokens/s under that load with long Korean RAG prompts."""
-    load_ttft_p95_s: float | None
-    """95th percentile time to first token under that load, seconds."""
+    """Output tokens/s at that level with long Korean RAG prompts."""
+    load_goodput_req_per_s: float | None = None
+    """Requests/s at that level that met the goodput SLO (TTFT and TPOT; run.json has the SLO)."""
+    load_ttft_p99_ms: float | None = None
+    """99th percentile time to first token at that level, milliseconds."""
     load_preemptions: int | None
-    """Requests vLLM preempted under that load (KV cache exhausted: OOM pattern B)."""
+    """Requests vLLM preempted at that level (KV cache exhausted: OOM pattern B)."""
     disk_gib: float | None
     """Checkpoint size on disk."""
     items_per_s: float | None
