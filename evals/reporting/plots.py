@@ -85,7 +85,7 @@ def _loss_axis(ax: Axes) -> None:
 def pareto_figure(rows: Sequence[LeaderboardRow], run: RunSummary | None) -> Figure:
     """Δ per task with CI bars against weights GiB, max concurrency and, where measured, output tokens/s
     at the target concurrency."""
-    loaded = [r.load_concurrency for r in rows if r.load_output_tokens_per_s is not None]
+    loaded = [r.load_concurrency or 0 for r in rows if r.load_output_tokens_per_s is not None]
     fig = figure(16 if loaded else 11, 4.8)
     tasks = scored_tasks(rows)
     engine = f" on {'/'.join(sorted({m.device for m in run.memory.values()}))}" if run and run.memory else ""
