@@ -187,8 +187,9 @@ def test_levels_are_one_a_step_and_max_num_seqs() -> None:
 def test_request_counts_fill_the_budget_within_bounds() -> None:
     settings = BenchSettings((1, 4), seconds_per_level=10, max_prompts=50)
     assert prompts_for(1, 2.5, settings) == 25
-    assert prompts_for(4, 0.1, settings) == 4  # at least one request per slot
+    assert prompts_for(4, 0.1, settings) == 12  # at least three requests per slot
     assert prompts_for(4, 100.0, settings) == 50  # never past the cap
+    assert prompts_for(32, 0.1, settings) == 50  # not even for the minimum
 
 
 def test_bench_command_asks_for_what_the_parser_reads(tmp_path: Path) -> None:

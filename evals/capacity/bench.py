@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 
 PROBE_PROMPTS = 2
 """Requests of the first probe (one at a time): it warms the server and measures the first rate."""
+MIN_ROUNDS = 3
+"""Requests per slot a level sends at least, whatever the budget: a percentile of one request is none
+(the probe's rate includes the first request's warm-up, so it underestimates)."""
 _ENV_DROPPED = ("VLLM_API_KEY", "VLLM_HOST_IP", "VLLM_PORT", "OPENAI_API_KEY")
 
 
@@ -62,9 +65,9 @@ class BenchSettings:
 
 def prompts_for(concurrency: int, rate_per_s: float, settings: BenchSettings) -> int:
     """Requests that fill the level's budget at `rate_per_s` (the rate of a lower level, which this
-    one at least matches), at least one per slot and at most the cap."""
+    one at least matches), at least MIN_ROUNDS per slot and at most the cap."""
     budget = math.floor(settings.seconds_per_level * rate_per_s)
-    return max(concurrency, min(settings.max_prompts, budget))
+    return min(settings.max_prompts, max(MIN_ROUNDS * concurrency, budget))
 
 
 def bench_argv(
