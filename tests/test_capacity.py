@@ -23,7 +23,7 @@ from evals.capacity.workloads import (
     WorkloadFile,
     korean_passages,
     prompt_budget,
-    write_workload,
+    prompt_source,
 )
 from evals.serving.endpoint import Endpoint
 from evals.serving.vllm_metrics import PREEMPTIONS, PREFIX_QUERIES, engine_counters, metric_sum
@@ -230,8 +230,11 @@ def test_workloads_hit_the_token_target_and_share_only_where_they_should(
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     texts = korean_texts()
-    rag = write_workload(tmp_path / "rag.jsonl", tiny_model_dir, texts, "rag", 600, 32, 6, seed=1)
-    shared = write_workload(tmp_path / "sh.jsonl", tiny_model_dir, texts, "shared-prefix", 600, 32, 6, seed=1)
+    rag_source = prompt_source(tiny_model_dir, texts, "rag", 600, 32, seed=1)
+    rag = rag_source.write(tmp_path / "rag.jsonl", 0, 6)
+    shared = prompt_source(tiny_model_dir, texts, "shared-prefix", 600, 32, seed=1).write(
+        tmp_path / "sh.jsonl", 0, 6
+    )
     rows = {
         w.workload: [json.loads(line)["prompt"] for line in w.path.read_text().splitlines()]
         for w in (rag, shared)
@@ -251,6 +254,10 @@ def test_workloads_hit_the_token_target_and_share_only_where_they_should(
     assert all(prompt.startswith(prefix) for prompt in rows["shared-prefix"])
     assert len(set(rows["shared-prefix"])) > 1  # the questions differ
     assert rag.shared_prefix_tokens == 0 and 500 < shared.shared_prefix_tokens < 600
+    # the next run's slice: other prompts, the same ones again for the same slice
+    later = rag_source.write(tmp_path / "later.jsonl", 6, 3).path.read_text().splitlines()
+    assert not {json.loads(line)["prompt"] for line in later} & set(rows["rag"])
+    assert rag_source.write(tmp_path / "again.jsonl", 0, 6).path.read_text() == rag.path.read_text()
 
 
 def test_prompt_budgets_fit_the_profile() -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 
 from evals.capacity.bench_result import PERCENTILE_METRICS, PERCENTILES, parse_bench_result, read_bench_json
-from evals.capacity.workloads import WorkloadFile
+from evals.capacity.workloads import PromptSource, WorkloadFile
 from evals.serving.endpoint import Endpoint
 from evals.serving.vllm_metrics import engine_counters
 from kqe.core.capacity import BenchLevel, CapacityReport, Slo
@@ -165,35 +165,38 @@ def check_bench_client(target: BenchTarget) -> None:
 
 
 def run_levels(
-    target: BenchTarget, workload: WorkloadFile, settings: BenchSettings, slo: Slo,
+    target: BenchTarget, source: PromptSource, folder: Path, settings: BenchSettings, slo: Slo,
     progress: Callable[[int, int], None] | None = None,
-) -> list[BenchLevel]:  # fmt: skip
+) -> tuple[WorkloadFile, list[BenchLevel]]:  # fmt: skip
     """A probe of PROBE_PROMPTS requests one at a time, then each level in ascending order, each sized
-    to the budget at the rate the level before reached."""
+    to the budget at the rate the level before reached and sent prompts no run before it sent."""
     check_bench_client(target)
     timeout_s = 4 * settings.seconds_per_level + 120  # client start-up (~10 s) and a slower level
+    workload = source.write(folder / "probe.jsonl", 0, PROBE_PROMPTS)
     probe = run_level(target, workload, 1, PROBE_PROMPTS, slo, settings.seed, timeout_s)
-    rate, levels = probe.requests_per_s, []
+    rate, sent, levels = probe.requests_per_s, PROBE_PROMPTS, []
     for concurrency in sorted(settings.concurrency):
         count = prompts_for(concurrency, rate, settings)
+        workload = source.write(folder / f"c{concurrency}.jsonl", sent, count)
         level = run_level(target, workload, concurrency, count, slo, settings.seed, timeout_s)
         log.info(
             "concurrency %d: %d requests, %.1f output tokens/s", concurrency, count, level.output_tokens_per_s
         )
         levels.append(level)
-        rate = max(rate, level.requests_per_s)
+        rate, sent = max(rate, level.requests_per_s), sent + count
         if progress:
             progress(len(levels), len(settings.concurrency))
-    return levels
+    return workload, levels
 
 
 def measure_capacity(
-    target: BenchTarget, workload: WorkloadFile, settings: BenchSettings, slo: Slo,
+    target: BenchTarget, source: PromptSource, settings: BenchSettings, slo: Slo,
     profile: ServeProfile | None, engine_version: str,
     progress: Callable[[int, int], None] | None = None,
 ) -> CapacityReport:  # fmt: skip
-    """Every level of `settings` against `target` with `workload`, as one record."""
-    levels = run_levels(target, workload, settings, slo, progress)
+    """Every level of `settings` against `target` with `source`'s prompts, as one record."""
+    with tempfile.TemporaryDirectory(prefix="kqe-workload-") as folder:
+        workload, levels = run_levels(target, source, Path(folder), settings, slo, progress)
     return CapacityReport(
         checkpoint=target.endpoint.model(),
         profile=f"{profile.name}@{profile.key}" if profile else None,

@@ -5,7 +5,6 @@ same checkpoint served twice with one option flipped."""
 from __future__ import annotations
 
 import ipaddress
-import tempfile
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from pathlib import Path
 import httpx
 
 from evals.capacity.bench import BenchSettings, BenchTarget, measure_capacity
-from evals.capacity.workloads import prompt_budget, write_workload
+from evals.capacity.workloads import prompt_budget, prompt_source
 from evals.serving import hardware
 from evals.serving.endpoint import Endpoint
 from evals.serving.serve import VllmServer, check_serve_env, engine_version
@@ -79,12 +78,10 @@ def _measure(
     prompt_tokens = prompt_budget(spec.workload, max_model_len, spec.max_tokens, spec.rag_prompt_tokens)
     on_gpu = hardware.local_device(ws.serve_venv).engine == "gpu"
     target = BenchTarget(endpoint, check_serve_env(ws), on_gpu)
-    with tempfile.TemporaryDirectory(prefix="kqe-workload-") as folder:
-        workload = write_workload(
-            Path(folder) / f"{spec.workload}.jsonl", tokenizer_dir, spec.texts, spec.workload,
-            prompt_tokens, spec.max_tokens, min(settings.max_prompts, 1000), settings.seed,
-        )  # fmt: skip
-        return measure_capacity(target, workload, settings, slo, profile, engine_version(ws), progress)
+    source = prompt_source(
+        tokenizer_dir, spec.texts, spec.workload, prompt_tokens, spec.max_tokens, settings.seed
+    )
+    return measure_capacity(target, source, settings, slo, profile, engine_version(ws), progress)
 
 
 def measure_running(

@@ -131,11 +131,40 @@ def prompt_budget(workload: Workload, max_model_len: int, max_tokens: int, rag_t
     return min(wanted, room)
 
 
-def write_workload(
-    out: Path, tokenizer_dir: Path, texts: Mapping[str, str], workload: Workload, prompt_tokens: int,
-    max_tokens: int, count: int, seed: int,
-) -> WorkloadFile:  # fmt: skip
-    """`count` prompts of `workload`, `prompt_tokens` tokens each, as a custom-dataset JSONL at `out`."""
+@dataclass(frozen=True)
+class PromptSource:
+    """A workload's prompts, numbered: each benchmark run gets a file of prompts no run before it sent, so
+    one level never finds another's prompts in the prefix cache."""
+
+    prompts: RagPrompts
+    decode: Callable[[list[int]], str]
+    workload: Workload
+    tokenizer_dir: Path
+    prompt_tokens: int
+    max_tokens: int
+
+    def write(self, out: Path, start: int, count: int) -> WorkloadFile:
+        """Prompts `start`… `start + count - 1` as a custom-dataset JSONL at `out`."""
+        lines = [
+            json.dumps(
+                {"prompt": self.decode(self.prompts.ids(index, self.prompt_tokens))}, ensure_ascii=False
+            )
+            for index in range(start, start + count)
+        ]
+        write_atomic(out, "\n".join(lines) + "\n")
+        questions = max(map(len, self.prompts.questions))
+        shared = self.prompt_tokens - questions if self.workload == "shared-prefix" else 0
+        return WorkloadFile(
+            out, self.workload, self.tokenizer_dir, self.prompt_tokens, shared, self.max_tokens
+        )
+
+
+def prompt_source(
+    tokenizer_dir: Path, texts: Mapping[str, str], workload: Workload, prompt_tokens: int, max_tokens: int,
+    seed: int,
+) -> PromptSource:  # fmt: skip
+    """The prompts of `workload`, `prompt_tokens` tokens each, cut from `texts` with `tokenizer_dir`'s
+    tokenizer."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
@@ -143,12 +172,9 @@ def write_workload(
     def encode(text: str) -> list[int]:
         return list(tokenizer.encode(text, add_special_tokens=False))
 
+    def decode(ids: list[int]) -> str:
+        return str(tokenizer.decode(ids))
+
     # no BOS in the text: the server adds the model's own when it tokenizes the prompt
     prompts = RagPrompts.build(korean_passages(texts), encode, [], seed, workload == "shared-prefix")
-    lines = [
-        json.dumps({"prompt": tokenizer.decode(prompts.ids(index, prompt_tokens))}, ensure_ascii=False)
-        for index in range(count)
-    ]
-    write_atomic(out, "\n".join(lines) + "\n")
-    shared = prompt_tokens - max(map(len, prompts.questions)) if workload == "shared-prefix" else 0
-    return WorkloadFile(out, workload, tokenizer_dir, prompt_tokens, shared, max_tokens)
+    return PromptSource(prompts, decode, workload, tokenizer_dir, prompt_tokens, max_tokens)
