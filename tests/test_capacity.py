@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from evals.capacity.bench import BenchSettings, bench_argv, concurrency_levels, prompts_for
+from evals.capacity.bench import (
+    BenchSettings,
+    BenchTarget,
+    bench_argv,
+    check_bench_client,
+    concurrency_levels,
+    prompts_for,
+)
 from evals.capacity.bench_result import parse_bench_result, read_bench_json
 from evals.capacity.session import local_base_url
 from evals.capacity.workloads import (
@@ -377,3 +384,16 @@ def test_prefix_caching_ab_runs_vllm_bench_serve_twice_and_leaves_no_server(
     assert not list((tmp_path / "results").glob("*/logs/load.*.pid"))
     ps = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True, check=True).stdout
     assert not [line for line in ps.splitlines() if "vllm serve" in line and str(tiny_model_dir) in line]
+
+
+def test_a_serve_environment_without_pandas_is_named_with_its_fix(tmp_path: Path) -> None:
+    """`vllm bench serve --dataset-name custom` reads JSONL with pandas, which vllm does not install."""
+    python = tmp_path / "bin" / "python"
+    python.parent.mkdir()
+    python.write_text("#!/bin/sh\nexit 1\n")  # a serve env python whose `import pandas` fails
+    python.chmod(0o755)
+    target = BenchTarget(Endpoint("http://127.0.0.1:9", None, "tiny"), tmp_path / "bin" / "vllm", False)
+    with pytest.raises(UserError, match=r"cannot import pandas.*requirements/serve-"):
+        check_bench_client(target)
+    python.write_text("#!/bin/sh\nexit 0\n")
+    check_bench_client(target)  # one that has it passes
