@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import pytest
@@ -121,6 +122,30 @@ def test_a_schema_3_board_reads_with_the_placement_columns_empty() -> None:
     assert all(row.ppl_ko_verdict is None for row in rows)
     assert all(row.memory_source is None and row.target is None for row in rows)
     assert rows[0].kmmlu_acc is not None
+
+
+def test_a_schema_5_board_with_the_former_load_columns_reads_with_one_note(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Schema 5's load_* came from kqe's own load generator: its p95 TTFT is dropped with a note."""
+    with (Path(__file__).parent / "data" / "leaderboards" / "gemma3-270m-schema3.csv").open(
+        newline=""
+    ) as src:
+        records = list(csv.DictReader(src))
+    for record in records:
+        record |= {"schema_version": "5", "load_concurrency": "8", "load_output_tokens_per_s": "41.5"}
+        record |= {"load_ttft_p95_s": "1.25", "load_preemptions": "0"}
+    path = tmp_path / "leaderboard.csv"
+    with path.open("w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=list(records[0]))
+        writer.writeheader()
+        writer.writerows(records)
+    with caplog.at_level("WARNING"):
+        rows = read_leaderboard(path)
+    notes = [r.getMessage() for r in caplog.records if "former load generator" in r.getMessage()]
+    assert len(notes) == 1 and "load_ttft_p95_s is not read" in notes[0]
+    assert rows[0].load_output_tokens_per_s == 41.5 and rows[0].load_ttft_p99_ms is None
+    assert {row.schema_version for row in rows} == {6}
 
 
 def test_missing_columns_are_named(tmp_path: Path) -> None:

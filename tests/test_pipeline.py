@@ -196,10 +196,14 @@ def test_load_stage_puts_capacity_in_the_row(tiny_model_dir: Path, workspace: Wo
         model=str(tiny_model_dir), schemes=("bf16",), limit=8, profile="cpu-ci", load=True, load_duration_s=3,
     )  # fmt: skip
     stages: list[str] = []
-    [row] = read_leaderboard(run_eval(cfg, workspace, lambda what, done, total: stages.append(what)))
+    board = run_eval(cfg, workspace, lambda what, done, total: stages.append(what))
+    [row] = read_leaderboard(board)
     assert row.status == "ok" and row.load_concurrency == load_profile("cpu-ci").max_num_seqs
     assert row.load_output_tokens_per_s and row.load_output_tokens_per_s > 0
-    assert row.load_ttft_p95_s and row.load_ttft_p95_s > 0 and row.load_preemptions is not None
+    assert row.load_ttft_p99_ms and row.load_ttft_p99_ms > 0 and row.load_preemptions is not None
+    assert row.load_goodput_req_per_s is not None
+    levels = read_record(board.parent / "run.json", RunSummary).capacity["bf16"].levels
+    assert [level.concurrency for level in levels] == [1, 2, 4]  # 1, a step, max-num-seqs
     assert "--load" in row.command and "load bf16" in stages
 
     stages.clear()

@@ -17,10 +17,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from evals.capacity.load import local_base_url, parse_concurrency
+from evals.capacity.session import local_base_url
 from evals.reporting.leaderboard import read_leaderboard, write_leaderboard
 from evals.serving.doctor.diagnose import diagnose
 from evals.statistics.stats import compare_files
+from kqe.commands.load import parse_concurrency
 from kqe.core.errors import UserError
 from kqe.core.text import markdown_cell, printable
 from kqe.pipeline.matrix import split_mixes

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from evals.reporting.leaderboard import COLUMNS, write_leaderboard
 from evals.reporting.leaderboard_row import LeaderboardRow
+from evals.reporting.plots import pareto_figure
 from evals.reporting.report import write_report
 from evals.serving.serve import load_profile
 from kqe.commands.report import report_command
@@ -192,3 +193,14 @@ def test_the_first_lines_say_which_items_and_the_smallest_loss_they_resolve(tmp_
         "items (MDE)",
         "",
     ]
+
+
+def test_pareto_gains_a_throughput_panel_where_load_was_measured() -> None:
+    assert len(pareto_figure(rows(), None).axes) == 2
+    loaded = [
+        row.model_copy(update={"load_concurrency": 8, "load_output_tokens_per_s": 20.0 + 5 * i})
+        for i, row in enumerate(rows())
+    ]
+    fig = pareto_figure(loaded, None)
+    assert len(fig.axes) == 3 and "output tokens/s at 8 in flight" in fig.axes[2].get_xlabel()
+    assert sorted(text.get_text() for text in fig.axes[2].texts) == sorted(row.checkpoint for row in rows())

@@ -14,21 +14,21 @@ from typing import get_args
 
 from pydantic import ValidationError
 
-from evals.capacity.load import LoadReport
 from evals.planning.placement import Placement
 from evals.reporting.leaderboard_row import (
     COLUMNS,
     LEADERBOARD_SCHEMA_VERSION,
     READABLE_SCHEMA_VERSIONS,
-    TASK_COLUMNS,
     LeaderboardRow,
     column_meaning,
     column_type,
     columns,
 )
 from evals.reporting.outcome import CheckpointOutcome, RowFindings
+from evals.reporting.task_columns import TASK_COLUMNS
 from evals.tasks.registry import PARALLEL_TASKS, column_prefix
 from kqe import __version__
+from kqe.core.capacity import CapacityReport
 from kqe.core.errors import UserError
 from kqe.core.io import read_text, write_atomic
 from kqe.core.records import Checkpoint, MemoryReport
@@ -38,6 +38,11 @@ log = logging.getLogger(__name__)
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 _NON_FINITE = {"nan", "inf", "infinity"}
+
+FORMER_LOAD_COLUMN = "load_ttft_p95_s"
+"""A column of schema ≤ 5 from kqe's own load generator, replaced by `vllm bench serve` p99s in 6."""
+LOAD_COLUMNS = tuple(name for name in LeaderboardRow.model_fields if name.startswith("load_"))
+"""The capacity columns (`vllm bench serve` at the target level)."""
 
 
 def _task_cells(prefix: str, run: ScoreRun | None, comparison: Comparison | None) -> dict:
@@ -177,13 +182,19 @@ def _saving(base: MemoryReport | None, memory: MemoryReport | None) -> dict[str,
     }
 
 
-def _capacity(report: LoadReport | None) -> dict[str, float | int | None]:
+def _capacity(report: CapacityReport | None) -> dict[str, float | int | None]:
+    """The target level (the highest: the profile's max-num-seqs); the other levels stay in run.json."""
     level = report.levels[-1] if report and report.levels else None
+    if level is None:
+        return {name: None for name in LOAD_COLUMNS}
     return {
-        "load_concurrency": level.concurrency if level else None,
-        "load_output_tokens_per_s": level.output_tokens_per_s if level else None,
-        "load_ttft_p95_s": level.ttft_p95_s if level else None,
-        "load_preemptions": level.preemptions if level else None,
+        "load_concurrency": level.concurrency,
+        "load_output_tokens_per_s": round(level.output_tokens_per_s, 2),
+        "load_goodput_req_per_s": None
+        if level.goodput_requests_per_s is None
+        else round(level.goodput_requests_per_s, 3),
+        "load_ttft_p99_ms": round(level.ttft_p99_ms, 1),
+        "load_preemptions": level.preemptions,
     }
 
 
@@ -243,6 +254,11 @@ def read_leaderboard(path: Path) -> list[LeaderboardRow]:
             "rewrite it"
         )
     older = version != str(LEADERBOARD_SCHEMA_VERSION)  # its missing columns were added since: empty
+    if any(record.get(FORMER_LOAD_COLUMN) for record in records):
+        log.warning(
+            "leaderboard %s: its load_* columns come from kqe's former load generator (%s is not read); "
+            "re-run with --load to measure with vllm bench serve", path, FORMER_LOAD_COLUMN,
+        )  # fmt: skip
     missing = [
         name for name in COLUMNS
         if name not in records[0] and name not in TASK_COLUMNS

@@ -1,141 +1,33 @@
 """One checkpoint's row of `results/<model>/leaderboard.csv`, versioned apart from every other record:
 a new column rewrites leaderboards, never the checkpoints, calibration sets or per-item files behind them.
 
-The per-task columns (`kmmlu_acc`, `mmlu_verdict`, `kmmlu_stem`, …) are not written out by hand: they
-are generated from the task registry (`evals.tasks.registry.COLUMN_SPECS`) by the templates below, so a
-task with a new column prefix gets its columns, their docs and their place in the CSV from its entry."""
+The per-task columns (`kmmlu_acc`, `mmlu_verdict`, …) are not written out by hand: `task_columns`
+generates them from the task registry and the row holds them in `tasks`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
-from pydantic import Field, TypeAdapter, model_validator
+from pydantic import Field, model_validator
 
-from evals.tasks.registry import CATEGORY_LABELS, COLUMN_SPECS, ColumnSpec
+from evals.reporting.task_columns import (
+    AVERAGES_COLUMNS,
+    CALIBRATION_EFFECT_COLUMNS,
+    COMPARISON_COLUMNS,
+    TASK_COLUMNS,
+    Cell,
+    cell,
+)
+from evals.tasks.registry import COLUMN_SPECS
 from kqe.core.records import Record
 
 LEADERBOARD_SCHEMA_VERSION = 6
 """Version of the leaderboard's columns (`schema_version`), bumped when a column is added or changes: 4
 target/placement; 5 perplexity CIs, verdicts, calibration effect, KO−EN gap; 6 ko_rag answerable F1/EM
-and abstain precision, lmeval_*, faq_*, ko_en_gap_pairing."""
+and abstain precision, lmeval_*, faq_*, ko_en_gap_pairing, load_* by `vllm bench serve`."""
 READABLE_SCHEMA_VERSIONS = (3, 4, 5, 6)
 """Versions this suite reads: an older board's missing columns (all optional) read as empty."""
-
-Cell = float | int | str | None
-
-
-@dataclass(frozen=True)
-class TaskColumn:
-    """One column every task of a column prefix has: `<prefix>_<suffix>`."""
-
-    suffix: str
-    kind: type
-    meaning: str
-    """Its docs, with `{label}` for the task's label."""
-
-
-COMPARISON = (
-    TaskColumn("acc", float, "{label} accuracy (micro average)."),
-    TaskColumn("delta", float, "{label} Δ accuracy vs the base."),
-    TaskColumn("ci_low", float, "Lower end of the {label} Δ 95% CI."),
-    TaskColumn("ci_high", float, "Upper end of the {label} Δ 95% CI."),
-    TaskColumn("p", float, "{label} exact McNemar p."),
-    TaskColumn("p_holm", float, "{label} McNemar p after Holm's correction across the tasks."),
-    TaskColumn("flips_c2w", int, "{label} items flipped correct→wrong."),
-    TaskColumn("flips_w2c", int, "{label} items flipped wrong→correct."),
-    TaskColumn("kl", float, "{label} mean KL(base ‖ checkpoint) of the choice distributions, nats."),
-    TaskColumn("recovery", float, "{label} accuracy as a share of the base's (acc / base acc)."),
-    TaskColumn("mde", float, "{label} smallest loss this many items detect with 80% power (fraction)."),
-    TaskColumn(
-        "verdict",
-        str,
-        "{label} verdict: no loss detected within margin, significant loss, or inconclusive (MDE).",
-    ),
-)
-"""Accuracy and the paired comparison with the base."""
-CALIBRATION_EFFECT = (
-    TaskColumn(
-        "calib_effect",
-        float,
-        "{label} accuracy of this checkpoint minus that of `calib_effect_vs`, same items (fraction).",
-    ),
-    TaskColumn("calib_effect_ci_low", float, "Lower end of the 95% CI of {prefix}_calib_effect."),
-    TaskColumn("calib_effect_ci_high", float, "Upper end of the 95% CI of {prefix}_calib_effect."),
-    TaskColumn("calib_effect_p", float, "Exact McNemar p of {prefix}_calib_effect."),
-    TaskColumn(
-        "calib_effect_mde",
-        float,
-        "Smallest {label} calibration effect these items detect with 80% power (fraction).",
-    ),
-)
-"""The same scheme calibrated on another mix, paired on the same items."""
-
-
-def _estimate(
-    suffix: str, meaning: str, how: str = "items resampled within subjects"
-) -> tuple[TaskColumn, ...]:
-    """A fraction and its 95% CI."""
-    return (
-        TaskColumn(suffix, float, meaning),
-        TaskColumn(
-            f"{suffix}_ci_low", float, f"Lower end of the 95% CI of {{prefix}}_{suffix} ({how}), fraction."
-        ),
-        TaskColumn(f"{suffix}_ci_high", float, "Upper end of that CI, fraction."),
-    )
-
-
-def _averages(spec: ColumnSpec) -> tuple[TaskColumn, ...]:
-    """Which items, the micro CI, macro average and its Δ, then one estimate per supercategory."""
-    acc_ci = _estimate("acc", "")[1:]  # the micro average itself is a comparison column
-    categories = (
-        _estimate(
-            key, f"{{label}} {CATEGORY_LABELS[key]} supercategory: mean accuracy of its subjects, fraction."
-        )
-        for key in spec.categories
-    )
-    return (
-        TaskColumn(
-            "source",
-            str,
-            "Which {label} items were scored: the set and its revision, item count, shots, sample.",
-        ),
-        *acc_ci,
-        *_estimate("macro", "{label} macro average: mean of the subjects' accuracies, fraction."),
-        *_estimate(
-            "macro_delta",
-            "{label} macro average minus the base's on the same items, fraction; empty on the base row.",
-            "paired bootstrap",
-        ),
-        *(column for estimate in categories for column in estimate),
-    )
-
-
-class ColumnDoc(NamedTuple):
-    """What a generated column is."""
-
-    prefix: str
-    kind: type
-    meaning: str
-
-
-def _columns(groups: dict[str, tuple[TaskColumn, ...]]) -> dict[str, ColumnDoc]:
-    return {
-        f"{prefix}_{column.suffix}": ColumnDoc(
-            prefix, column.kind, column.meaning.format(label=COLUMN_SPECS[prefix].label, prefix=prefix)
-        )
-        for prefix, group in groups.items()
-        for column in group
-    }
-
-
-COMPARISON_COLUMNS = _columns({prefix: COMPARISON for prefix in COLUMN_SPECS})
-CALIBRATION_EFFECT_COLUMNS = _columns({prefix: CALIBRATION_EFFECT for prefix in COLUMN_SPECS})
-AVERAGES_COLUMNS = _columns({prefix: _averages(spec) for prefix, spec in COLUMN_SPECS.items()})
-TASK_COLUMNS = COMPARISON_COLUMNS | CALIBRATION_EFFECT_COLUMNS | AVERAGES_COLUMNS
-"""Every per-task column of every registered column prefix: name -> what it is."""
-_CELL_KINDS: dict[type, TypeAdapter[Any]] = {kind: TypeAdapter(kind) for kind in (float, int, str)}
 
 
 class LeaderboardRow(Record):
@@ -306,13 +198,15 @@ class LeaderboardRow(Record):
     max_concurrency: float | None
     """Requests of max-model-len tokens served at once."""
     load_concurrency: int | None
-    """Requests in flight during the capacity measurement (the profile's max-num-seqs), if measured."""
+    """Requests in flight at the `vllm bench serve` target level: max-num-seqs (all levels: run.json)."""
     load_output_tokens_per_s: float | None
-    """Output tokens/s under that load with long Korean RAG prompts."""
-    load_ttft_p95_s: float | None
-    """95th percentile time to first token under that load, seconds."""
+    """Output tokens/s at that level with long Korean RAG prompts."""
+    load_goodput_req_per_s: float | None = None
+    """Requests/s at that level that met the goodput SLO (TTFT and TPOT; run.json has the SLO)."""
+    load_ttft_p99_ms: float | None = None
+    """99th percentile time to first token at that level, milliseconds."""
     load_preemptions: int | None
-    """Requests vLLM preempted under that load (KV cache exhausted: OOM pattern B)."""
+    """Requests vLLM preempted at that level (KV cache exhausted: OOM pattern B)."""
     disk_gib: float | None
     """Checkpoint size on disk."""
     items_per_s: float | None
@@ -341,18 +235,13 @@ class LeaderboardRow(Record):
         if unknown:
             raise ValueError(f"unknown task columns {sorted(unknown)}")
         cells = rest.get("tasks", {}) | named
-        rest["tasks"] = {key: _cell(key, value) for key, value in cells.items()}
+        rest["tasks"] = {key: cell(key, value) for key, value in cells.items()}
         return rest
 
     def __getattr__(self, name: str) -> Any:
         if name in TASK_COLUMNS:
             return self.__dict__["tasks"].get(name)
         return super().__getattr__(name)  # type: ignore[misc]
-
-
-def _cell(name: str, value: object) -> Cell:
-    """`value` as the type of task column `name` (CSV text included)."""
-    return None if value is None else _CELL_KINDS[TASK_COLUMNS[name].kind].validate_python(value)
 
 
 def _layout() -> list[str]:

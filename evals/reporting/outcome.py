@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from evals.capacity.load import LoadReport
+from kqe.core.capacity import CapacityReport
 from kqe.core.records import Checkpoint, MemoryReport, ServeProfile
 from kqe.core.results import Comparison, ItemResult, PerplexityComparison, PerplexityGap, ScoreRun
 
@@ -59,7 +59,7 @@ class RowFindings:
     """The same scheme calibrated with the least Korean, when the run has one."""
     vs_control: dict[str, Comparison] = field(default_factory=dict)
     """Task → paired comparison with `calibration_control`: the calibration effect."""
-    capacity: LoadReport | None = None
+    capacity: CapacityReport | None = None
     """Capacity under load, where it was measured."""
     engine_versions: dict[str, str] = field(default_factory=dict)
     """Serving engine, lm-eval and kernel library versions."""

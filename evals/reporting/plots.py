@@ -83,19 +83,26 @@ def _loss_axis(ax: Axes) -> None:
 
 
 def pareto_figure(rows: Sequence[LeaderboardRow], run: RunSummary | None) -> Figure:
-    """Δ per task with CI bars against weights GiB (left) and max concurrency (right)."""
-    fig = figure(11, 4.8)
+    """Δ per task with CI bars against weights GiB, max concurrency and, where measured, output tokens/s
+    at the target concurrency."""
+    loaded = [r.load_concurrency or 0 for r in rows if r.load_output_tokens_per_s is not None]
+    fig = figure(16 if loaded else 11, 4.8)
     tasks = scored_tasks(rows)
     engine = f" on {'/'.join(sorted({m.device for m in run.memory.values()}))}" if run and run.memory else ""
     source = f"as vLLM logged{engine}"
     if target := next((r.target for r in rows if r.memory_source == "planner" and r.target), None):
         source = f"planned for {target}"
     context = f"{run.profile.max_model_len:,}-token" if run else "max-model-len"
-    axes = fig.subplots(1, 2, sharey=True)
-    for ax, column, xlabel in (
-        (axes[0], "weights_gib", f"weights (GiB, {source})"),
-        (axes[1], "max_concurrency", f"max concurrency ({context} requests, {source})"),
-    ):
+    panels = [
+        ("weights_gib", f"weights (GiB, {source})"),
+        ("max_concurrency", f"max concurrency ({context} requests, {source})"),
+    ]
+    if loaded:  # throughput at the target level, where `vllm bench serve` measured it
+        panels.append(
+            ("load_output_tokens_per_s", f"output tokens/s at {max(loaded)} in flight (vllm bench serve)")
+        )
+    axes = fig.subplots(1, len(panels), sharey=True)
+    for ax, (column, xlabel) in zip(axes, panels, strict=True):
         placed = [(getattr(r, column), r) for r in rows if getattr(r, column) is not None]
         values = {x for x, _ in placed}
         if len(values) == 1:  # e.g. a fixed KV pool: spread the checkpoints out by name instead

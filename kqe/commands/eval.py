@@ -125,15 +125,15 @@ from kqe.core.workspace import Workspace
 @click.option(
     "--load/--no-load",
     default=None,
-    help="Also measure serving capacity of each checkpoint at the profile's max-num-seqs (kqe load). "
-    "Default: on with a GPU, off on CPU (slow there).",
+    help="Also measure serving capacity of each checkpoint with vllm bench serve at concurrency 1, half of "
+    "max-num-seqs and max-num-seqs (kqe load). Default: on with a GPU, off on CPU (slow there).",
 )
 @click.option(
     "--load-duration-s",
     default=defaults.LOAD_DURATION_S,
     show_default=True,
     type=Number(0, above=True),
-    help="Seconds of load per checkpoint.",
+    help="Seconds of load per concurrency level.",
 )
 @click.option(
     "--include-path",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from kqe.core.capacity import CapacityReport
 from kqe.core.records import SCHEMA_VERSION, CalibrationSet, Checkpoint, MemoryReport, Record, ServeProfile
 
 
@@ -307,3 +308,5 @@ class RunSummary(Record):
     """Checkpoints this run built (the others were reused from earlier runs)."""
     served: list[str] = Field(default_factory=list)
     """Checkpoints this run started a server for (the others had every stage scored already)."""
+    capacity: dict[str, CapacityReport] = Field(default_factory=dict)
+    """Checkpoint name → its `vllm bench serve` levels (1, a step, max-num-seqs), where measured."""

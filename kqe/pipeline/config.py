@@ -73,9 +73,9 @@ class EvalConfig(Record):
     concurrency: int = defaults.CONCURRENCY
     """Scoring requests in flight."""
     load: bool = False
-    """Also measure serving capacity (`kqe load` at the profile's max-num-seqs) of every checkpoint."""
+    """Also measure serving capacity (`vllm bench serve` at 1, half, all of max-num-seqs) per checkpoint."""
     load_duration_s: float = defaults.LOAD_DURATION_S
-    """Seconds of load per checkpoint when `load` is on."""
+    """Seconds of load per concurrency level when `load` is on."""
     rag_data: str | None = None
     """Folder with docs.jsonl + questions.jsonl that ko_rag scores instead of its built-in set."""
     include_path: str | None = None

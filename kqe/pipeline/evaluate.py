@@ -11,14 +11,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from evals.capacity import load
-from evals.capacity import load_prompts as rag_prompts
+from evals.capacity import bench, session
 from evals.reporting.outcome import CheckpointOutcome
 from evals.scoring import continuation, generate, perplexity
 from evals.serving import serve
 from evals.serving.doctor.diagnose import diagnose
 from evals.serving.memory import with_checkpoint_weights
 from evals.tasks.ko_rag import task as rag_task
+from kqe.core.capacity import DEFAULT_SLO, CapacityReport
 from kqe.core.errors import UserError
 from kqe.core.io import read_jsonl, write_record
 from kqe.core.records import Checkpoint, MemoryReport
@@ -142,20 +142,20 @@ def _measure_perplexity(matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmS
     )
 
 
-def _measure_load(matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer) -> load.LoadReport:
-    """Serving capacity at the profile's max-num-seqs with long Korean RAG prompts (`kqe load`)."""
+def _measure_load(matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer) -> CapacityReport:
+    """Capacity with `vllm bench serve` at 1, half of max-num-seqs and max-num-seqs, long Korean RAG
+    prompts, the engine's default SLO (`kqe load` for the other workload and the A/Bs)."""
     profile = matrix.score_profile(ckpt.name)
-    settings = load.LoadSettings(
-        concurrency=(profile.max_num_seqs,), duration_s=matrix.cfg.load_duration_s,
-        prompt_tokens=min(1500, profile.max_model_len - 65), max_tokens=64, seed=matrix.cfg.seed,
-    )  # fmt: skip
+    settings = bench.BenchSettings(
+        bench.concurrency_levels(profile.max_num_seqs), matrix.cfg.load_duration_s, seed=matrix.cfg.seed
+    )
     korean = sorted((matrix.ws.sources() / "ko").rglob("*.txt"))
     texts = {path.name: path.read_text(encoding="utf-8") for path in korean}
-    rag = rag_prompts.rag_prompts(Path(ckpt.path), texts, settings.seed, shared_prefix=False)
-    matrix.progress(f"load {ckpt.name}", 0, 1)
-    report = load.run_load(server.endpoint, rag, settings, profile)
-    matrix.progress(f"load {ckpt.name}", 1, 1)
-    return report
+    slo = DEFAULT_SLO["gpu" if server.on_gpu else "cpu"]
+    progress = partial(matrix.progress, f"load {ckpt.name}")
+    return session.measure_server(
+        matrix.ws, server, session.WorkloadSpec("rag", texts), settings, slo, progress
+    )
 
 
 def _score_restarting(

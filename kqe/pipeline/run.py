@@ -21,6 +21,7 @@ from evals.serving import hardware, serve
 from evals.statistics import averages, parallel, perplexity_stats, stats
 from evals.statistics.perplexity_stats import PerplexityFindings
 from evals.tasks.ko_rag import metrics as rag_metrics
+from kqe.core.capacity import CapacityReport
 from kqe.core.errors import UserError
 from kqe.core.io import read_record, write_record
 from kqe.core.records import Checkpoint, MemoryReport
@@ -57,6 +58,7 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress, executor: Execu
     comparisons: list[Comparison] = []
     perplexity: list[PerplexityComparison] = []
     gaps: list[PerplexityGap] = []
+    capacity: dict[str, CapacityReport] = {}
     # every task both hold; Holm across the tasks (or the run: --multiplicity); the Korean task
     # carries its gap to English (on matched items for a parallel pair). The base is not compared with
     # itself: its row keeps Δ empty.
@@ -76,6 +78,8 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress, executor: Execu
         comparisons += [*findings.vs_base.values(), *findings.vs_control.values()]
         perplexity += findings.perplexity
         gaps += [findings.perplexity_gap] if findings.perplexity_gap else []
+        if findings.capacity is not None:
+            capacity[name] = findings.capacity
     if all(outcome.checkpoint is None for outcome in outcomes.values()):
         raise UserError(f"no checkpoint of {matrix.model} could be built: see the errors above")
     board = matrix.board_dir / "leaderboard.csv"
@@ -88,7 +92,7 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress, executor: Execu
         memory={name: o.memory for name, o in outcomes.items() if o.memory is not None},
         built=[name for name, o in outcomes.items() if o.built],
         served=[name for name, o in outcomes.items() if o.served], multiplicity=cfg.multiplicity,
-        perplexity_comparisons=perplexity, perplexity_gaps=gaps,
+        perplexity_comparisons=perplexity, perplexity_gaps=gaps, capacity=capacity,
     )  # fmt: skip
     write_record(matrix.board_dir / "run.json", summary)
     write_record(matrix.board_dir / "placement.json", matrix.plan.placement)

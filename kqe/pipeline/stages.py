@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from evals.capacity.load import LoadReport
 from evals.scoring import perplexity
 from evals.serving import hardware
+from kqe.core.capacity import CapacityReport
 from kqe.core.io import read_record
 from kqe.core.records import Checkpoint, MemoryReport, content_hash
 from kqe.core.results import ScoreRun
@@ -32,7 +32,7 @@ class StageFiles:
     items: dict[str, Path]
     """Task → its per-item JSON Lines file."""
     load: Path
-    """Capacity under load (LoadReport)."""
+    """Capacity under load (CapacityReport, from `vllm bench serve`)."""
     load_wanted: bool
     """Whether this run measures load for it (asked for, and its memory is measured, natively)."""
     perplexity: Path
@@ -53,8 +53,8 @@ class StageFiles:
         finished = len(self.finished_runs()) == len(self.runs)
         return self.memory.exists() and finished and self.load_done() and self.perplexity.exists()
 
-    def capacity(self) -> LoadReport | None:
-        return read_record(self.load, LoadReport) if self.load.exists() else None
+    def capacity(self) -> CapacityReport | None:
+        return read_record(self.load, CapacityReport) if self.load.exists() else None
 
     def memory_report(self) -> MemoryReport:
         return read_record(self.memory, MemoryReport)
@@ -87,7 +87,8 @@ def stage_files(matrix: RunMatrix, ckpt: Checkpoint) -> StageFiles:
         key=key, memory=stages / f"{name}.{key}.memory.json",
         runs={task: stages / f"{name}.{task}.{k}.score.json" for task, k in task_keys.items()},
         items={task: matrix.out / "items" / name / f"{task}.{k}.jsonl" for task, k in task_keys.items()},
-        load=stages / f"{name}.{key}.load.json", load_wanted=matrix.cfg.load and not (dequantized or planned),
+        load=stages / f"{name}.{key}.capacity.json",
+        load_wanted=matrix.cfg.load and not (dequantized or planned),
         perplexity=stages / f"{name}.{ppl_key}.perplexity.json",
         log=matrix.out / "logs" / f"{name}.{key}.log",
     )  # fmt: skip

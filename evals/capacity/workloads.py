@@ -1,21 +1,27 @@
-"""Long Korean RAG-style prompts for load tests: retrieved passages of the offline Korean sources and a
-question, as token ids of exactly the asked length.
+"""Korean workloads for `vllm bench serve`, written as its `custom` JSONL datasets (`{"prompt": …}` a line):
+retrieved passages of the offline Korean sources and a question, of a set token length.
 
-Every request gets its own passage order and starts at its own token of its first passage, so prompts
-share no prefix beyond the instruction and the prefix cache cannot make a load test trivial;
-`shared_prefix` models RAG over one fixed document set instead.
+`rag`: every request gets its own passage order and starts at its own token of its first passage, so
+prompts share no prefix beyond the instruction and the prefix cache cannot make the load trivial.
+`shared-prefix`: one fixed document set (a long Korean system prompt) before every question, the
+guide's repeated 4K+ system prompt; on a profile with a shorter max-model-len it is cut to fit, and
+the record says how long it was.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
+import math
 import random
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from kqe.core.capacity import Workload
 from kqe.core.errors import UserError
+from kqe.core.io import write_atomic
 
 INSTRUCTION = "다음은 검색된 문서입니다. 문서의 내용만 근거로 하여 질문에 한국어로 답하세요.\n\n"
 QUESTIONS = (
@@ -94,8 +100,71 @@ class RagPrompts:
         raise AssertionError("unreachable")
 
 
-def rag_prompts(tokenizer_dir: Path, texts: Mapping[str, str], seed: int, shared_prefix: bool) -> RagPrompts:
-    """RagPrompts cut from `texts` with the tokenizer of `tokenizer_dir`."""
+SHARED_PREFIX_TOKENS = 4096
+"""The guide's repeated system prompt: 4K tokens (cut to the profile's max-model-len)."""
+RETOKENIZE_SLACK = 0.03
+"""Prompts travel as text and are tokenized again by client and server: keep this share of room."""
+
+
+@dataclass(frozen=True)
+class WorkloadFile:
+    """A written workload: the JSONL `vllm bench serve --dataset-name custom` reads, and its sizes."""
+
+    path: Path
+    workload: Workload
+    tokenizer_dir: Path
+    """Tokenizer the prompts were sized with (the client counts tokens with it too)."""
+    prompt_tokens: int
+    shared_prefix_tokens: int
+    max_tokens: int
+
+
+def prompt_budget(workload: Workload, max_model_len: int, max_tokens: int, rag_tokens: int) -> int:
+    """Prompt tokens that fit the profile: `rag_tokens` for `rag`, the 4K system prompt and a question for
+    `shared-prefix`; UserError when not even a short prompt fits."""
+    room = math.floor((max_model_len - max_tokens) * (1 - RETOKENIZE_SLACK))
+    wanted = rag_tokens if workload == "rag" else SHARED_PREFIX_TOKENS + 64
+    if room < 64:
+        raise UserError(
+            f"max-model-len {max_model_len} leaves no room for prompts beside {max_tokens} output tokens"
+        )
+    return min(wanted, room)
+
+
+@dataclass(frozen=True)
+class PromptSource:
+    """A workload's prompts, numbered: each benchmark run gets a file of prompts no run before it sent, so
+    one level never finds another's prompts in the prefix cache."""
+
+    prompts: RagPrompts
+    decode: Callable[[list[int]], str]
+    workload: Workload
+    tokenizer_dir: Path
+    prompt_tokens: int
+    max_tokens: int
+
+    def write(self, out: Path, start: int, count: int) -> WorkloadFile:
+        """Prompts `start`… `start + count - 1` as a custom-dataset JSONL at `out`."""
+        lines = [
+            json.dumps(
+                {"prompt": self.decode(self.prompts.ids(index, self.prompt_tokens))}, ensure_ascii=False
+            )
+            for index in range(start, start + count)
+        ]
+        write_atomic(out, "\n".join(lines) + "\n")
+        questions = max(map(len, self.prompts.questions))
+        shared = self.prompt_tokens - questions if self.workload == "shared-prefix" else 0
+        return WorkloadFile(
+            out, self.workload, self.tokenizer_dir, self.prompt_tokens, shared, self.max_tokens
+        )
+
+
+def prompt_source(
+    tokenizer_dir: Path, texts: Mapping[str, str], workload: Workload, prompt_tokens: int, max_tokens: int,
+    seed: int,
+) -> PromptSource:  # fmt: skip
+    """The prompts of `workload`, `prompt_tokens` tokens each, cut from `texts` with `tokenizer_dir`'s
+    tokenizer."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
@@ -103,5 +172,9 @@ def rag_prompts(tokenizer_dir: Path, texts: Mapping[str, str], seed: int, shared
     def encode(text: str) -> list[int]:
         return list(tokenizer.encode(text, add_special_tokens=False))
 
-    bos = list(tokenizer.encode("", add_special_tokens=True))  # [BOS] for Gemma/Llama, [] for Qwen
-    return RagPrompts.build(korean_passages(texts), encode, bos, seed, shared_prefix)
+    def decode(ids: list[int]) -> str:
+        return str(tokenizer.decode(ids))
+
+    # no BOS in the text: the server adds the model's own when it tokenizes the prompt
+    prompts = RagPrompts.build(korean_passages(texts), encode, [], seed, workload == "shared-prefix")
+    return PromptSource(prompts, decode, workload, tokenizer_dir, prompt_tokens, max_tokens)

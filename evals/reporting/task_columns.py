@@ -1,0 +1,131 @@
+"""The per-task leaderboard columns (`kmmlu_acc`, `mmlu_verdict`, `kmmlu_stem`, …), generated from the
+task registry (`evals.tasks.registry.COLUMN_SPECS`) by the templates below, so a task with a new column
+prefix gets its columns, their docs and their place in the CSV from its entry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from pydantic import TypeAdapter
+
+from evals.tasks.registry import CATEGORY_LABELS, COLUMN_SPECS, ColumnSpec
+
+Cell = float | int | str | None
+
+
+@dataclass(frozen=True)
+class TaskColumn:
+    """One column every task of a column prefix has: `<prefix>_<suffix>`."""
+
+    suffix: str
+    kind: type
+    meaning: str
+    """Its docs, with `{label}` for the task's label."""
+
+
+COMPARISON = (
+    TaskColumn("acc", float, "{label} accuracy (micro average)."),
+    TaskColumn("delta", float, "{label} Δ accuracy vs the base."),
+    TaskColumn("ci_low", float, "Lower end of the {label} Δ 95% CI."),
+    TaskColumn("ci_high", float, "Upper end of the {label} Δ 95% CI."),
+    TaskColumn("p", float, "{label} exact McNemar p."),
+    TaskColumn("p_holm", float, "{label} McNemar p after Holm's correction across the tasks."),
+    TaskColumn("flips_c2w", int, "{label} items flipped correct→wrong."),
+    TaskColumn("flips_w2c", int, "{label} items flipped wrong→correct."),
+    TaskColumn("kl", float, "{label} mean KL(base ‖ checkpoint) of the choice distributions, nats."),
+    TaskColumn("recovery", float, "{label} accuracy as a share of the base's (acc / base acc)."),
+    TaskColumn("mde", float, "{label} smallest loss this many items detect with 80% power (fraction)."),
+    TaskColumn(
+        "verdict",
+        str,
+        "{label} verdict: no loss detected within margin, significant loss, or inconclusive (MDE).",
+    ),
+)
+"""Accuracy and the paired comparison with the base."""
+CALIBRATION_EFFECT = (
+    TaskColumn(
+        "calib_effect",
+        float,
+        "{label} accuracy of this checkpoint minus that of `calib_effect_vs`, same items (fraction).",
+    ),
+    TaskColumn("calib_effect_ci_low", float, "Lower end of the 95% CI of {prefix}_calib_effect."),
+    TaskColumn("calib_effect_ci_high", float, "Upper end of the 95% CI of {prefix}_calib_effect."),
+    TaskColumn("calib_effect_p", float, "Exact McNemar p of {prefix}_calib_effect."),
+    TaskColumn(
+        "calib_effect_mde",
+        float,
+        "Smallest {label} calibration effect these items detect with 80% power (fraction).",
+    ),
+)
+"""The same scheme calibrated on another mix, paired on the same items."""
+
+
+def _estimate(
+    suffix: str, meaning: str, how: str = "items resampled within subjects"
+) -> tuple[TaskColumn, ...]:
+    """A fraction and its 95% CI."""
+    return (
+        TaskColumn(suffix, float, meaning),
+        TaskColumn(
+            f"{suffix}_ci_low", float, f"Lower end of the 95% CI of {{prefix}}_{suffix} ({how}), fraction."
+        ),
+        TaskColumn(f"{suffix}_ci_high", float, "Upper end of that CI, fraction."),
+    )
+
+
+def _averages(spec: ColumnSpec) -> tuple[TaskColumn, ...]:
+    """Which items, the micro CI, macro average and its Δ, then one estimate per supercategory."""
+    acc_ci = _estimate("acc", "")[1:]  # the micro average itself is a comparison column
+    categories = (
+        _estimate(
+            key, f"{{label}} {CATEGORY_LABELS[key]} supercategory: mean accuracy of its subjects, fraction."
+        )
+        for key in spec.categories
+    )
+    return (
+        TaskColumn(
+            "source",
+            str,
+            "Which {label} items were scored: the set and its revision, item count, shots, sample.",
+        ),
+        *acc_ci,
+        *_estimate("macro", "{label} macro average: mean of the subjects' accuracies, fraction."),
+        *_estimate(
+            "macro_delta",
+            "{label} macro average minus the base's on the same items, fraction; empty on the base row.",
+            "paired bootstrap",
+        ),
+        *(column for estimate in categories for column in estimate),
+    )
+
+
+class ColumnDoc(NamedTuple):
+    """What a generated column is."""
+
+    prefix: str
+    kind: type
+    meaning: str
+
+
+def _columns(groups: dict[str, tuple[TaskColumn, ...]]) -> dict[str, ColumnDoc]:
+    return {
+        f"{prefix}_{column.suffix}": ColumnDoc(
+            prefix, column.kind, column.meaning.format(label=COLUMN_SPECS[prefix].label, prefix=prefix)
+        )
+        for prefix, group in groups.items()
+        for column in group
+    }
+
+
+COMPARISON_COLUMNS = _columns({prefix: COMPARISON for prefix in COLUMN_SPECS})
+CALIBRATION_EFFECT_COLUMNS = _columns({prefix: CALIBRATION_EFFECT for prefix in COLUMN_SPECS})
+AVERAGES_COLUMNS = _columns({prefix: _averages(spec) for prefix, spec in COLUMN_SPECS.items()})
+TASK_COLUMNS = COMPARISON_COLUMNS | CALIBRATION_EFFECT_COLUMNS | AVERAGES_COLUMNS
+"""Every per-task column of every registered column prefix: name -> what it is."""
+_CELL_KINDS: dict[type, TypeAdapter[Any]] = {kind: TypeAdapter(kind) for kind in (float, int, str)}
+
+
+def cell(name: str, value: object) -> Cell:
+    """`value` as the type of task column `name` (CSV text included)."""
+    return None if value is None else _CELL_KINDS[TASK_COLUMNS[name].kind].validate_python(value)

