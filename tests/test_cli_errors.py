@@ -177,8 +177,13 @@ BAD_INPUTS = [
     (("doctor", "--metrics", "http://127.0.0.1:9"), ("127.0.0.1:9/metrics", "no answer")),
     (("doctor", "--metrics", "ftp://127.0.0.1/"), ("ftp://", "http")),
     (("load", "--model", "{tiny}", "--concurrency", "0,x"), ("--concurrency", "0,x")),
-    (("load", "--model", "{tiny}", "--duration-s", "-1"), ("--duration-s",)),
+    (("load", "--model", "{tiny}", "--seconds-per-level", "-1"), ("--seconds-per-level", "-1")),
     (("calibrate", "--model", "{tiny}", "--mix", "ko=2"), ("ko=2", "1")),
+    (("calibrate", "--model", "{tiny}", "--tasks", "kmmlu,ko_rag"), ("--tasks ko_rag", "kmmlu")),
+    (
+        ("quantize", "--model", "{tiny}", "--scheme", "awq-w4a16", "--tasks", "lm-eval:kobest_copa"),
+        ("--tasks lm-eval:kobest_copa", "leave"),
+    ),
     (("quantize", "--model", "{tiny}", "--scheme", "nope"), ("nope", "fp8-dynamic")),
 ]
 
@@ -199,6 +204,7 @@ def test_bad_input_across_the_cli_is_one_line(
             arg = arg.replace(mark, value)
         filled.append(arg)
     result = run_kqe(*filled, cwd=tmp_path, home=home_with_sources)
+    assert "No such option" not in result.stderr, "a case naming a removed option tests nothing"
     assert_one_line_error(result, *needles)
 
 

@@ -136,7 +136,10 @@ def check_tasks(tasks: list[str]) -> None:
 def _only_choice_tasks(tasks: list[str]) -> None:
     other = [task for task in tasks if task not in TASK_SPECS]
     if other:
-        raise ValueError(f"{', '.join(other)}: scored by their own module, not prepared as choice tasks")
+        raise UserError(
+            f"--tasks {','.join(other)}: only the registry's multiple-choice tasks ({', '.join(TASK_SPECS)}) "
+            "are prepared here (the calibration guard reads their items): leave the others out"
+        )
 
 
 def with_shots(rows: list[dict[str, Any]], pool: list[dict[str, Any]], shots: int) -> list[dict[str, Any]]:
