@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evals.tasks.prompts import PromptItem, stratified_sample
+from evals.tasks.prompts import PromptItem, doc_requests, stratified_sample
 from evals.tasks.registry import LM_EVAL_PREFIX as PREFIX
 from kqe.core.errors import UserError
 
@@ -167,16 +167,11 @@ def _leaf_items(suite_task: str, leaf: str, lm_task: Any) -> list[PromptItem]:
     """The items of one leaf task from lm-eval's own requests (context and continuation per choice)."""
     lm_task.set_fewshot_seed(seed=FEWSHOT_SEED)
     lm_task.build_all_requests()
-    by_doc: dict[int, list[Any]] = {}
-    for instance in lm_task.instances:
-        by_doc.setdefault(instance.doc_id, []).append(instance)
     field = (lm_task.config.metadata or {}).get(SUBJECT_FIELD)
     items = []
-    for doc_id in sorted(by_doc):
-        instances = sorted(by_doc[doc_id], key=lambda instance: instance.idx)
-        doc = instances[0].doc
-        contexts = {instance.arguments[0] for instance in instances}
-        if len(contexts) != 1:
+    for request in doc_requests(lm_task):
+        doc, doc_id = request.doc, request.doc_id
+        if request.context is None:
             raise UserError(f"{suite_task}: {leaf} builds a different context per choice (multiple_input)")
         choices = [str(choice) for choice in lm_task.doc_to_choice(doc)]
         items.append(
@@ -184,8 +179,8 @@ def _leaf_items(suite_task: str, leaf: str, lm_task: Any) -> list[PromptItem]:
                 task=suite_task,
                 subject=str(doc[field]) if field else leaf,
                 item_id=f"{leaf}/{doc_id}",
-                prompt=contexts.pop(),
-                continuations=tuple(instance.arguments[1] for instance in instances),
+                prompt=request.context,
+                continuations=request.continuations,
                 gold=_gold(suite_task, leaf, doc_id, lm_task.doc_to_target(doc), choices),
                 choice_chars=tuple(len(choice) for choice in choices),
             )

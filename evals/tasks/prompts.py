@@ -250,24 +250,45 @@ def load_prompts(task: str, data_dir: Path) -> list[PromptItem]:
     )
     lm_task = manager.load([LM_EVAL_TASKS[task]])["tasks"][LM_EVAL_TASKS[task]]
     lm_task.build_all_requests()
-    by_doc: dict[int, list[Any]] = defaultdict(list)
-    for instance in lm_task.instances:
-        by_doc[instance.doc_id].append(instance)
     items = []
-    for doc_id in sorted(by_doc):
-        instances = sorted(by_doc[doc_id], key=lambda instance: instance.idx)
-        doc = instances[0].doc
-        contexts = {instance.arguments[0] for instance in instances}
-        if len(contexts) != 1:
-            raise ValueError(f"{doc['item_id']}: lm-eval built different contexts per choice")
+    for request in doc_requests(lm_task):
+        if request.context is None:
+            raise ValueError(f"{request.doc['item_id']}: lm-eval built different contexts per choice")
         items.append(
             PromptItem(
                 task=task,
-                subject=doc["subject"],
-                item_id=doc["item_id"],
-                prompt=contexts.pop(),
-                continuations=tuple(instance.arguments[1] for instance in instances),
-                gold=int(lm_task.doc_to_target(doc)),
+                subject=request.doc["subject"],
+                item_id=request.doc["item_id"],
+                prompt=request.context,
+                continuations=request.continuations,
+                gold=int(lm_task.doc_to_target(request.doc)),
             )
         )
     return items
+
+
+@dataclass(frozen=True)
+class DocRequests:
+    """One document's requests as an lm-eval task object built them."""
+
+    doc_id: int
+    doc: Any
+    context: str | None
+    """The context every choice shares; None where lm-eval built one per choice (multiple_input)."""
+    continuations: tuple[str, ...]
+    """Each choice's continuation, in lm-eval's order."""
+
+
+def doc_requests(lm_task: Any) -> list[DocRequests]:
+    """Every document's requests of an lm-eval task object whose requests are built, by doc id."""
+    by_doc: dict[int, list[Any]] = defaultdict(list)
+    for instance in lm_task.instances:
+        by_doc[instance.doc_id].append(instance)
+    requests = []
+    for doc_id in sorted(by_doc):
+        instances = sorted(by_doc[doc_id], key=lambda instance: instance.idx)
+        contexts = {instance.arguments[0] for instance in instances}
+        context = contexts.pop() if len(contexts) == 1 else None
+        continuations = tuple(instance.arguments[1] for instance in instances)
+        requests.append(DocRequests(doc_id, instances[0].doc, context, continuations))
+    return requests
