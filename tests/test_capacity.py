@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -32,10 +33,11 @@ from evals.capacity.workloads import (
     prompt_budget,
     prompt_source,
 )
+from evals.serving.cpu import cpu_facts
 from evals.serving.endpoint import Endpoint
 from evals.serving.vllm_metrics import PREEMPTIONS, PREFIX_QUERIES, engine_counters, metric_sum
-from kqe.commands.load import parse_concurrency
-from kqe.core.capacity import DEFAULT_SLO, AbReport, CapacityReport, Slo
+from kqe.commands.load import parse_concurrency, reproduce_command
+from kqe.core.capacity import DEFAULT_SLO, AbReport, CapacityReport, LoadRecord, Slo
 from kqe.core.errors import UserError
 from tests.conftest import REPO, needs_serve_env
 from tests.tiny_model import TRAIN_TEXT
@@ -179,6 +181,31 @@ def test_report_finds_levels_and_the_highest_one_without_preemption() -> None:
         Slo.model_validate({"ttft_ms": 1, "tpot_ms": 2, "e2el_ms": 3})
     ab = AbReport(option="prefix-caching", guide_claim="x", on=report, off=report)
     assert AbReport.model_validate_json(ab.to_json()) == ab
+    for measured, name in (
+        (report, "tiny.cpu-ci.shared-prefix.json"),
+        (ab, "tiny.cpu-ci.shared-prefix.prefix-caching-ab.json"),
+    ):
+        saved = LoadRecord(command="kqe load", machine="cpu", report=measured)
+        assert saved.file_name() == name and LoadRecord.model_validate_json(saved.to_json()) == saved
+    by_url = LoadRecord(
+        command="kqe load",
+        machine="cpu",
+        report=report.model_copy(update={"checkpoint": "org/m", "profile": None}),
+    )
+    assert by_url.file_name() == "org_m.url.shared-prefix.json"
+
+
+def test_the_saved_command_repeats_every_option_set_but_the_api_key() -> None:
+    options = {
+        "model": "gemma3-270m", "checkpoint_dir": Path("/c/w4 a16"), "url": None, "api_key": "secret",
+        "concurrency": "1,4", "seconds_per_level": 20.0, "ab": "enforce-eager", "as_json": True,
+    }  # fmt: skip
+    command = reproduce_command(options)
+    assert shlex.split(command) == [
+        "kqe", "load", "--model", "gemma3-270m", "--checkpoint-dir", "/c/w4 a16",
+        "--concurrency", "1,4", "--seconds-per-level", "20.0", "--ab", "enforce-eager",
+    ]  # fmt: skip
+    assert "secret" not in command
 
 
 # --- levels, budgets and the command line ---------------------------------------------------------------
@@ -366,6 +393,11 @@ def test_prefix_caching_ab_runs_vllm_bench_serve_twice_and_leaves_no_server(
     result = run_load_command(*args, cwd=tmp_path, home=tmp_path / "home", timeout=500)
     assert result.returncode == 0, result.stderr[-3000:]
     ab = AbReport.model_validate_json(result.stdout)
+    # kept beside the model's results with the command and the machine that measured it
+    (saved,) = (tmp_path / "results").glob("*/load/*.shared-prefix.prefix-caching-ab.json")
+    record = LoadRecord.model_validate_json(saved.read_text(encoding="utf-8"))
+    assert record.report == ab and shlex.split(record.command)[:2] == ["kqe", "load"]
+    assert "--ab" in record.command and cpu_facts().model in record.machine
 
     for report in (ab.on, ab.off):
         assert report.profile is not None and report.profile.startswith("cpu-ci@")

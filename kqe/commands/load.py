@@ -8,6 +8,7 @@ with prefix caching (or enforce-eager) on and off. The work is in `evals.capacit
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any, get_args
 
@@ -18,7 +19,7 @@ from evals.capacity.session import WorkloadSpec, local_base_url, measure_ab, mea
 from evals.serving.endpoint import Endpoint
 from kqe.commands.guard import Number, echo, run_guarded
 from kqe.core import defaults
-from kqe.core.capacity import DEFAULT_SLO, AbOption, AbReport, CapacityReport, Slo, Workload
+from kqe.core.capacity import DEFAULT_SLO, AbOption, AbReport, CapacityReport, LoadRecord, Slo, Workload
 from kqe.core.errors import UserError
 
 
@@ -134,6 +135,30 @@ def _load(options: dict[str, Any]) -> CapacityReport | AbReport:
         return measure_server(ws, server, workload, settings, slo)
 
 
+def reproduce_command(options: dict[str, Any]) -> str:
+    """The `kqe load` line that repeats this measurement: every option that was set (not the API key)."""
+    words = ["kqe", "load"]
+    for name, value in options.items():
+        if value is None or value is False or name in ("api_key", "as_json"):
+            continue
+        words += [f"--{name.replace('_', '-')}"] + ([] if value is True else [str(value)])
+    return shlex.join(words)
+
+
+def _save(options: dict[str, Any], report: CapacityReport | AbReport) -> Path:
+    """Keep the measurement beside the model's results, with the command and the machine that made it."""
+    from kqe.core.io import write_atomic
+    from kqe.core.registry import resolve_model
+    from kqe.core.workspace import Workspace
+    from kqe.pipeline.machine import machine_report
+
+    ws = Workspace.from_env()
+    record = LoadRecord(command=reproduce_command(options), machine=machine_report(ws).line(), report=report)
+    path = ws.results(resolve_model(options["model"], ws).name) / "load" / record.file_name()
+    write_atomic(path, record.to_json())
+    return path
+
+
 @click.command("load")
 @click.option(
     "--model", default=defaults.MODEL, show_default=True, help="Registry name, hf:org/name or a folder."
@@ -206,7 +231,8 @@ def load_command(**options: Any) -> None:
             if options["ab"]:
                 raise UserError("--ab serves the checkpoint twice itself: drop --url")
         report = _load(options)
+        saved = _save(options, report)
         text = render_ab(report) if isinstance(report, AbReport) else render(report)
-        echo(report.to_json() if options["as_json"] else text)
+        echo(report.to_json() if options["as_json"] else f"{text}\nsaved: {saved}")
 
     run_guarded(action)

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from kqe.core.records import SCHEMA_VERSION, Engine, Record
+from kqe.core.workspace import safe_name
 
 Workload = Literal["rag", "shared-prefix"]
 """`rag`: long Korean RAG prompts, each with its own passages (little prefix to share);
@@ -138,3 +139,23 @@ class AbReport(Record):
     """Measured with the option on."""
     off: CapacityReport
     """Measured with the option off (every other setting identical)."""
+
+
+class LoadRecord(Record):
+    """`results/<model>/load/<checkpoint>.<profile>.<workload>[.<option>-ab].json`: one `kqe load`."""
+
+    version: int = SCHEMA_VERSION
+    """Format version of this record."""
+    command: str
+    """The `kqe load` command line that measured it."""
+    machine: str
+    """This machine as `kqe env` names it: CPU, cores, vLLM, kernel library or GPU, profile dtype."""
+    report: CapacityReport | AbReport
+    """What was measured: one serve configuration, or an option on and off."""
+
+    def file_name(self) -> str:
+        """Where in `results/<model>/load/` it is kept: one file per checkpoint, profile, workload, A/B."""
+        one = self.report.on if isinstance(self.report, AbReport) else self.report
+        ab = f".{self.report.option}-ab" if isinstance(self.report, AbReport) else ""
+        profile = (one.profile or "url").partition("@")[0]
+        return f"{safe_name(one.checkpoint)}.{profile}.{one.workload}{ab}.json"
