@@ -21,6 +21,7 @@ from evals.capacity.bench import (
     bench_argv,
     check_bench_client,
     concurrency_levels,
+    level_timeout_s,
     prompts_for,
 )
 from evals.capacity.bench_result import parse_bench_result, read_bench_json
@@ -224,6 +225,15 @@ def test_request_counts_fill_the_budget_within_bounds() -> None:
     assert prompts_for(4, 0.1, settings) == 12  # at least three requests per slot
     assert prompts_for(4, 100.0, settings) == 50  # never past the cap
     assert prompts_for(32, 0.1, settings) == 50  # not even for the minimum
+
+
+def test_a_level_may_take_as_long_as_its_minimum_requests_need() -> None:
+    """fp8-dynamic on a CPU: ~70 s a request, three at one in flight must not stop at the budget's limit."""
+    settings = BenchSettings((1, 4), seconds_per_level=20)
+    assert level_timeout_s(20, 1.0, settings) == 4 * 20 + 120  # the budget holds the level
+    slow = level_timeout_s(prompts_for(1, 1 / 70, settings), 1 / 70, settings)
+    assert slow == 4 * 3 * 70 + 120 and slow > 3 * 70
+    assert level_timeout_s(3, 0.0, settings) == 4 * 20 + 120  # no rate known: the budget
 
 
 def test_bench_command_asks_for_what_the_parser_reads(tmp_path: Path) -> None:

@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
+from evals.capacity import session
 from evals.planning.placement import PlacementPlan
 from evals.reporting.leaderboard import read_leaderboard
 from evals.serving.serve import load_profile
 from evals.statistics.stats import compare
+from kqe.core.errors import UserError
 from kqe.core.io import read_jsonl, read_record
 from kqe.core.results import ItemResult, RunSummary
 from kqe.core.workspace import Workspace
@@ -190,7 +192,9 @@ def test_a_checkpoint_the_engine_cannot_load_gets_a_failed_row(
 
 @pytest.mark.slow
 @needs_serve_env
-def test_load_stage_puts_capacity_in_the_row(tiny_model_dir: Path, workspace: Workspace) -> None:
+def test_load_stage_puts_capacity_in_the_row(
+    tiny_model_dir: Path, workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
     write_sources(workspace)
     cfg = EvalConfig(
         model=str(tiny_model_dir), schemes=("bf16",), limit=8, profile="cpu-ci", load=True, load_duration_s=3,
@@ -209,3 +213,22 @@ def test_load_stage_puts_capacity_in_the_row(tiny_model_dir: Path, workspace: Wo
     stages.clear()
     run_eval(cfg, workspace, lambda what, done, total: stages.append(what))
     assert not any(stage.startswith(("serve ", "load ")) for stage in stages)
+    assert "| bf16 | 1 |" in (board.parent / "report.md").read_text(encoding="utf-8")
+
+    # a benchmark that fails (fp8-dynamic on a CPU ran past its limit) leaves the scores standing and
+    # says why; the next run measures it again
+    (stale,) = board.parent.glob("stages/bf16.*.capacity.json")
+    stale.unlink()
+    why = "vllm bench serve at concurrency 1 ran past 200 s: lower the time per level"
+
+    def bench_fails(*args: Any, **kwargs: Any) -> None:
+        raise UserError(why)
+
+    monkeypatch.setattr(session, "measure_server", bench_fails)
+    [failed] = read_leaderboard(run_eval(cfg, workspace, lambda what, done, total: None))
+    assert failed.status == "ok" and failed.kmmlu_acc == row.kmmlu_acc
+    assert failed.load_output_tokens_per_s is None and failed.load_concurrency is None
+    summary = read_record(board.parent / "run.json", RunSummary)
+    assert summary.load_failures == {"bf16": why} and not summary.capacity and not summary.failures
+    assert f"bf16: not measured: {why}" in (board.parent / "report.md").read_text(encoding="utf-8")
+    assert not list(board.parent.glob("stages/bf16.*.capacity.json"))

@@ -7,12 +7,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from evals.capacity.bench_result import parse_bench_result, read_bench_json
+from evals.reporting.capacity_report import capacity_section
 from evals.reporting.leaderboard import COLUMNS, write_leaderboard
 from evals.reporting.leaderboard_row import LeaderboardRow
 from evals.reporting.plots import pareto_figure
 from evals.reporting.report import write_report
 from evals.serving.serve import load_profile
 from kqe.commands.report import report_command
+from kqe.core.capacity import DEFAULT_SLO, CapacityReport
 from kqe.core.errors import UserError
 from kqe.core.io import write_record
 from kqe.core.records import CalibrationSet, Checkpoint, MemoryReport, SourceFile
@@ -204,3 +207,22 @@ def test_pareto_gains_a_throughput_panel_where_load_was_measured() -> None:
     fig = pareto_figure(loaded, None)
     assert len(fig.axes) == 3 and "output tokens/s at 8 in flight" in fig.axes[2].get_xlabel()
     assert sorted(text.get_text() for text in fig.axes[2].texts) == sorted(row.checkpoint for row in rows())
+
+
+def test_capacity_section_gives_every_level_and_why_a_checkpoint_was_not_measured() -> None:
+    data = read_bench_json(Path(__file__).parent / "data" / "vllm_bench" / "tiny_cpu_custom_c1.json")
+    levels = [parse_bench_result(data | {"max_concurrency": c}, "x", 0, None) for c in (1, 4)]
+    report = CapacityReport(
+        checkpoint="bf16", profile="cpu-small@k", engine_version="0.32.0+cpu", workload="rag",
+        prompt_tokens=1500, shared_prefix_tokens=0, max_tokens=64, seconds_per_level=20,
+        slo=DEFAULT_SLO["cpu"], levels=levels,
+    )  # fmt: skip
+    why = "vllm bench serve at concurrency 1 ran past 200 s"
+    run = run_summary(rows()).model_copy(
+        update={"capacity": {"bf16": report}, "load_failures": {"fp8-dynamic": why}}
+    )
+    lines = capacity_section(run)
+    assert [line.split(" | ")[1] for line in lines if line.startswith("| bf16 |")] == ["1", "4"]
+    assert f"- fp8-dynamic: not measured: {why}" in lines
+    assert any(line.startswith("- awq-w4a16, awq-w4a16-en: not measured here") for line in lines)
+    assert capacity_section(run_summary(rows())) == [] and capacity_section(None) == []

@@ -70,6 +70,14 @@ def prompts_for(concurrency: int, rate_per_s: float, settings: BenchSettings) ->
     return min(settings.max_prompts, max(MIN_ROUNDS * concurrency, budget))
 
 
+def level_timeout_s(num_prompts: int, rate_per_s: float, settings: BenchSettings) -> float:
+    """How long a level may run: four times what it should take (its budget, or its requests at the rate
+    below when MIN_ROUNDS asks for more than the budget holds: a slow checkpoint), plus the client's
+    start-up (~10 s) and room for a level slower than the one below."""
+    expected_s = num_prompts / rate_per_s if rate_per_s > 0 else 0.0
+    return 4 * max(settings.seconds_per_level, expected_s) + 120
+
+
 def bench_argv(
     vllm_bin: Path, endpoint: Endpoint, workload: WorkloadFile, concurrency: int, num_prompts: int,
     slo: Slo, result: Path, seed: int,
@@ -137,8 +145,8 @@ def run_level(
             )  # fmt: skip
         except subprocess.TimeoutExpired:
             raise UserError(
-                f"vllm bench serve at concurrency {concurrency} ran past {timeout_s:.0f} s: lower "
-                "--seconds-per-level or the prompt length"
+                f"vllm bench serve at concurrency {concurrency} ran past {timeout_s:.0f} s: lower the time "
+                "per level (kqe load --seconds-per-level, kqe eval --load-duration-s) or the prompt length"
             ) from None
         if done.returncode != 0:
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
@@ -171,13 +179,14 @@ def run_levels(
     """A probe of PROBE_PROMPTS requests one at a time, then each level in ascending order, each sized
     to the budget at the rate the level before reached and sent prompts no run before it sent."""
     check_bench_client(target)
-    timeout_s = 4 * settings.seconds_per_level + 120  # client start-up (~10 s) and a slower level
     workload = source.write(folder / "probe.jsonl", 0, PROBE_PROMPTS)
-    probe = run_level(target, workload, 1, PROBE_PROMPTS, slo, settings.seed, timeout_s)
+    probe_timeout_s = 4 * settings.seconds_per_level + 120
+    probe = run_level(target, workload, 1, PROBE_PROMPTS, slo, settings.seed, probe_timeout_s)
     rate, sent, levels = probe.requests_per_s, PROBE_PROMPTS, []
     for concurrency in sorted(settings.concurrency):
         count = prompts_for(concurrency, rate, settings)
         workload = source.write(folder / f"c{concurrency}.jsonl", sent, count)
+        timeout_s = level_timeout_s(count, rate, settings)
         level = run_level(target, workload, concurrency, count, slo, settings.seed, timeout_s)
         log.info(
             "concurrency %d: %d requests, %.1f output tokens/s", concurrency, count, level.output_tokens_per_s

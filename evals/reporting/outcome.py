@@ -39,6 +39,8 @@ class CheckpointOutcome:
     """Whether this run built it (False: reused, found, or not built at all)."""
     served: bool = False
     """Whether this run started a server for it (False: every stage was scored already)."""
+    load_failure: str | None = None
+    """Why its load was not measured when the run asked for it (`vllm bench serve`'s error)."""
 
 
 @dataclass(frozen=True)

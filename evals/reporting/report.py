@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from evals.planning.decide import BASE_SCHEME, points
 from evals.reporting import plots as figures
+from evals.reporting.capacity_report import capacity_section
 from evals.reporting.leaderboard import read_leaderboard
 from evals.reporting.leaderboard_row import LeaderboardRow, scored_tasks
 from evals.reporting.model_card import model_card
@@ -228,6 +229,7 @@ def report_markdown(
         ),
         *_section("Calibration effect", [_calibration_section(rows, plots)]),
         *_section("Perplexity", perplexity_section(run, _base_name(rows))),
+        *(_section("Serving capacity", capacity) if (capacity := capacity_section(run)) else []),
         *_section("Caveats", [f"- {note}" for note in caveats(rows, run, spec)]),
     ]
     if cards:

@@ -310,3 +310,5 @@ class RunSummary(Record):
     """Checkpoints this run started a server for (the others had every stage scored already)."""
     capacity: dict[str, CapacityReport] = Field(default_factory=dict)
     """Checkpoint name → its `vllm bench serve` levels (1, a step, max-num-seqs), where measured."""
+    load_failures: dict[str, str] = Field(default_factory=dict)
+    """Checkpoint name → why `vllm bench serve` did not measure it when the run asked (its scores stand)."""

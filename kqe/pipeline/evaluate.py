@@ -7,6 +7,7 @@ workspace, keyed by its inputs, so the same checkpoint resumes on any executor.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from evals.serving import serve
 from evals.serving.doctor.diagnose import diagnose
 from evals.serving.memory import with_checkpoint_weights
 from evals.tasks.ko_rag import task as rag_task
-from kqe.core.capacity import DEFAULT_SLO, CapacityReport
+from kqe.core.capacity import DEFAULT_SLO
 from kqe.core.errors import UserError
 from kqe.core.io import read_jsonl, write_record
 from kqe.core.records import Checkpoint, MemoryReport
@@ -47,13 +48,14 @@ def evaluate_checkpoint(matrix: RunMatrix, entry: MatrixEntry, usual_start_s: fl
         log.warning("%s: %s", entry.name, verdict.note)
         return checkpoint_outcome(matrix, entry, verdict.note, ckpt, built=built)
     try:
-        runs, memory, served = _score_checkpoint(matrix, ckpt, usual_start_s)
+        stages = _score_checkpoint(matrix, ckpt, usual_start_s)
     except UserError as exc:
         return _failed(matrix, entry, exc, ckpt)
-    items = {task: read_jsonl(Path(run.items_path), ItemResult) for task, run in runs.items()}
+    items = {task: read_jsonl(Path(run.items_path), ItemResult) for task, run in stages.runs.items()}
     return checkpoint_outcome(
-        matrix, entry, "ok", ckpt, runs=runs, memory=memory, items=items, built=built, served=served
-    )
+        matrix, entry, "ok", ckpt, runs=stages.runs, memory=stages.memory, items=items, built=built,
+        served=stages.served, load_failure=stages.load_failure,
+    )  # fmt: skip
 
 
 def checkpoint_outcome(
@@ -90,11 +92,22 @@ def _failed(
     return checkpoint_outcome(matrix, entry, f"failed: {exc}", ckpt)
 
 
-def _score_checkpoint(
-    matrix: RunMatrix, ckpt: Checkpoint, usual_start_s: float
-) -> tuple[dict[str, ScoreRun], MemoryReport, bool]:
-    """Score every task through one server; no server is started when every task is already scored
-    (the last value says whether one was).
+@dataclass(frozen=True)
+class ServedStages:
+    """What serving one checkpoint left (every stage is also in its stage file)."""
+
+    runs: dict[str, ScoreRun]
+    """Task → its score run."""
+    memory: MemoryReport
+    """What vLLM reserved for it."""
+    served: bool
+    """Whether a server was started (False: every stage was done already)."""
+    load_failure: str | None = None
+    """Why `vllm bench serve` did not measure it, when asked to: its scores stand without it."""
+
+
+def _score_checkpoint(matrix: RunMatrix, ckpt: Checkpoint, usual_start_s: float) -> ServedStages:
+    """Score every task through one server; no server is started when every task is already scored.
 
     A task's ScoreRun is written when its last item is in, so a finished task keeps the speed it
     was scored at, and a crash mid-task resumes from its per-item file.
@@ -102,8 +115,8 @@ def _score_checkpoint(
     profile, files = matrix.score_profile(ckpt.name), stage_files(matrix, ckpt)
     if files.complete():
         log.info("%s: every task already scored, no server needed", ckpt.name)
-        return files.finished_runs(), files.memory_report(), False
-    runs = files.finished_runs()
+        return ServedStages(files.finished_runs(), files.memory_report(), served=False)
+    runs, load_failure = files.finished_runs(), None
     dequantized = servability(matrix, ckpt).dequantize
     served_dir = (
         dequantize.dequantized_checkpoint(matrix.ws, ckpt, profile.dtype) if dequantized else Path(ckpt.path)
@@ -125,13 +138,13 @@ def _score_checkpoint(
                     runs[task] = _score_restarting(matrix, ckpt, server, task, files.items[task])
                     write_record(run_path, runs[task])
             if not files.load_done():
-                write_record(files.load, _measure_load(matrix, ckpt, server))
+                load_failure = _measure_load(matrix, ckpt, server, files.load)
             if not files.perplexity.exists():
                 write_record(files.perplexity, _measure_perplexity(matrix, ckpt, server))
     except serve.ServeError as exc:  # the engine would not start: say which OOM pattern, if any
         verdict = diagnose(files.log.read_text(errors="replace"), profile).summary
         raise serve.ServeError(f"{exc}; doctor: {verdict}") from None
-    return runs, memory, True
+    return ServedStages(runs, memory, served=True, load_failure=load_failure)
 
 
 def _measure_perplexity(matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer) -> Perplexity:
@@ -142,9 +155,11 @@ def _measure_perplexity(matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmS
     )
 
 
-def _measure_load(matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer) -> CapacityReport:
+def _measure_load(matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer, out: Path) -> str | None:
     """Capacity with `vllm bench serve` at 1, half of max-num-seqs and max-num-seqs, long Korean RAG
-    prompts, the engine's default SLO (`kqe load` for the other workload and the A/Bs)."""
+    prompts, the engine's default SLO (`kqe load` for the other workload and the A/Bs), written to
+    `out`; a benchmark that fails is said and returned, and the checkpoint's scores stand (a later run
+    measures it again)."""
     profile = matrix.score_profile(ckpt.name)
     settings = bench.BenchSettings(
         bench.concurrency_levels(profile.max_num_seqs), matrix.cfg.load_duration_s, seed=matrix.cfg.seed
@@ -153,9 +168,15 @@ def _measure_load(matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer)
     texts = {path.name: path.read_text(encoding="utf-8") for path in korean}
     slo = DEFAULT_SLO["gpu" if server.on_gpu else "cpu"]
     progress = partial(matrix.progress, f"load {ckpt.name}")
-    return session.measure_server(
-        matrix.ws, server, session.WorkloadSpec("rag", texts), settings, slo, progress
-    )
+    try:
+        report = session.measure_server(
+            matrix.ws, server, session.WorkloadSpec("rag", texts), settings, slo, progress
+        )
+    except UserError as exc:
+        log.warning("%s: load not measured: %s", ckpt.name, exc)
+        return str(exc)
+    write_record(out, report)
+    return None
 
 
 def _score_restarting(

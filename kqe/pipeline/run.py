@@ -93,6 +93,7 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress, executor: Execu
         built=[name for name, o in outcomes.items() if o.built],
         served=[name for name, o in outcomes.items() if o.served], multiplicity=cfg.multiplicity,
         perplexity_comparisons=perplexity, perplexity_gaps=gaps, capacity=capacity,
+        load_failures={name: o.load_failure for name, o in outcomes.items() if o.load_failure},
     )  # fmt: skip
     write_record(matrix.board_dir / "run.json", summary)
     write_record(matrix.board_dir / "placement.json", matrix.plan.placement)
