@@ -36,10 +36,12 @@ from evals.capacity.workloads import (
 )
 from evals.serving.cpu import cpu_facts
 from evals.serving.endpoint import Endpoint
+from evals.serving.serve import load_profile
 from evals.serving.vllm_metrics import PREEMPTIONS, PREFIX_QUERIES, engine_counters, metric_sum
 from kqe.commands.load import parse_concurrency, reproduce_command
 from kqe.core.capacity import DEFAULT_SLO, AbReport, CapacityReport, LoadRecord, Slo
 from kqe.core.errors import UserError
+from kqe.core.records import MemoryReport
 from tests.conftest import REPO, needs_serve_env
 from tests.tiny_model import TRAIN_TEXT
 
@@ -180,7 +182,13 @@ def test_report_finds_levels_and_the_highest_one_without_preemption() -> None:
     assert CapacityReport.model_validate_json(report.to_json()) == report
     with pytest.raises(ValueError, match="xtra"):
         Slo.model_validate({"ttft_ms": 1, "tpot_ms": 2, "e2el_ms": 3})
-    ab = AbReport(option="prefix-caching", guide_claim="x", on=report, off=report)
+    memory = MemoryReport(
+        source="vllm-log", device="cpu", weights_gib=0.5, kv_cache_gib=1.0, kv_cache_tokens=55356,
+        max_concurrency=27.03, max_model_len=2048,
+    )  # fmt: skip
+    ab = AbReport(
+        option="prefix-caching", guide_claim="x", on=report, off=report, on_memory=memory, off_memory=memory
+    )
     assert AbReport.model_validate_json(ab.to_json()) == ab
     for measured, name in (
         (report, "tiny.cpu-ci.shared-prefix.json"),
@@ -408,6 +416,9 @@ def test_prefix_caching_ab_runs_vllm_bench_serve_twice_and_leaves_no_server(
     record = LoadRecord.model_validate_json(saved.read_text(encoding="utf-8"))
     assert record.report == ab and shlex.split(record.command)[:2] == ["kqe", "load"]
     assert "--ab" in record.command and cpu_facts().model in record.machine
+    # both arms' memory from their start-up logs: on CPU the KV pool is the profile's, whatever the option
+    kv_gib = load_profile("cpu-ci").cpu_kv_cache_gib
+    assert ab.on_memory.kv_cache_gib == pytest.approx(kv_gib, abs=0.01) == ab.off_memory.kv_cache_gib
 
     for report in (ab.on, ab.off):
         assert report.profile is not None and report.profile.startswith("cpu-ci@")

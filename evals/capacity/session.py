@@ -19,7 +19,7 @@ from evals.serving.endpoint import Endpoint
 from evals.serving.serve import VllmServer, check_serve_env, engine_version
 from kqe.core.capacity import GUIDE_CLAIMS, AbOption, AbReport, CapacityReport, Slo, Workload
 from kqe.core.errors import UserError
-from kqe.core.records import ServeProfile
+from kqe.core.records import MemoryReport, ServeProfile
 from kqe.core.workspace import Workspace
 
 
@@ -118,9 +118,14 @@ def measure_ab(
     """Serve the checkpoint with `option` on, then off, and measure both the same way."""
     field = "enable_prefix_caching" if option == "prefix-caching" else "enforce_eager"
     arms: dict[bool, CapacityReport] = {}
+    memory: dict[bool, MemoryReport] = {}
     for arm in (profile, flipped(profile, option)):
         state = bool(getattr(arm, field))
         log_path = log_dir / f"load.{served_name}.{arm.name}.{option}-{'on' if state else 'off'}.log"
         with VllmServer(model_dir, served_name, arm, ws, log_path) as server:
+            memory[state] = server.memory()
             arms[state] = measure_server(ws, server, spec, settings, slo)
-    return AbReport(option=option, guide_claim=GUIDE_CLAIMS[option], on=arms[True], off=arms[False])
+    return AbReport(
+        option=option, guide_claim=GUIDE_CLAIMS[option], on=arms[True], off=arms[False],
+        on_memory=memory[True], off_memory=memory[False],
+    )  # fmt: skip

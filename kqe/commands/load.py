@@ -65,6 +65,9 @@ def render_ab(report: AbReport) -> str:
             )
     clean = (report.on.max_concurrency_without_preemption(), report.off.max_concurrency_without_preemption())
     lines.append(f"highest level without preemption: on {clean[0]}, off {clean[1]}")
+    kv = (report.on_memory.kv_cache_gib, report.off_memory.kv_cache_gib)
+    if None not in kv:
+        lines.append(f"KV cache on/off: {kv[0]:.2f} / {kv[1]:.2f} GiB (vLLM's start-up log)")
     return "\n".join(lines)
 
 

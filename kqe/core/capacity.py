@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from kqe.core.records import SCHEMA_VERSION, Engine, Record
+from kqe.core.records import SCHEMA_VERSION, Engine, MemoryReport, Record
 from kqe.core.workspace import safe_name
 
 Workload = Literal["rag", "shared-prefix"]
@@ -139,6 +139,10 @@ class AbReport(Record):
     """Measured with the option on."""
     off: CapacityReport
     """Measured with the option off (every other setting identical)."""
+    on_memory: MemoryReport
+    """What vLLM reserved with the option on (its start-up log)."""
+    off_memory: MemoryReport
+    """The same with it off: on a GPU, the KV cache `--enforce-eager` gains is the CUDA graphs' memory."""
 
 
 class LoadRecord(Record):
