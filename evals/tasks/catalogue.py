@@ -56,7 +56,7 @@ def listings(ws: Workspace, include_path: str | None) -> list[TaskListing]:
             bridged = lm_eval_bridge.resolve(LM_EVAL_PREFIX + name, include)
         except UserError:  # a generation task, or a group holding one: not scorable here
             continue
-        found.append(_lm_eval_listing(ws, bridged, include))
+        found.append(_lm_eval_listing(bridged, include))
     return found
 
 
@@ -82,7 +82,7 @@ def _registry_listing(ws: Workspace, task: str) -> TaskListing:
     )  # fmt: skip
 
 
-def _lm_eval_listing(ws: Workspace, bridged: lm_eval_bridge.BridgedTask, include: Path | None) -> TaskListing:
+def _lm_eval_listing(bridged: lm_eval_bridge.BridgedTask, include: Path | None) -> TaskListing:
     items, subjects = None, len(bridged.leaves)
     if bridged.source == "user" and bridged.local:  # small local data: counted, subjects as scored
         try:
@@ -94,7 +94,7 @@ def _lm_eval_listing(ws: Workspace, bridged: lm_eval_bridge.BridgedTask, include
     entries = [hub_datasets.HUB_DATASETS.get(hub) for hub in hubs]
     licences = sorted({entry.licence if entry else UNKNOWN_LICENCE for entry in entries})
     licence = "the user's" if bridged.source == "user" else ", ".join(licences)
-    where = "offline" if bridged.local else "; ".join(hub_datasets.availability(ws, hub) for hub in hubs)
+    where = "offline" if bridged.local else "; ".join(hub_datasets.lm_eval_availability(hub) for hub in hubs)
     return TaskListing(
         name=bridged.name, source=bridged.source, items=items, subjects=subjects,
         licence=licence, availability=where, english=None,

@@ -176,14 +176,11 @@ def _offline_forced() -> bool:
     return os.environ.get(OFFLINE_ENV, "") not in ("", "0")
 
 
-def availability(ws: Workspace, hub: str) -> str:
-    """What `kqe tasks` says of a dataset: offline copy, online at its revision, or why not loadable."""
+def lm_eval_availability(hub: str) -> str:
+    """What `kqe tasks` says of the hub dataset an lm-eval task reads. lm-eval reads the dataset's main
+    branch (or the datasets cache), not an offline copy nor the revision pinned here: both are said."""
     entry = HUB_DATASETS.get(hub)
     if entry is None:
-        return f"online: {hub} (not in the suite's dataset registry)"
-    if entry.unconfirmed:
-        return f"not loadable: {entry.unconfirmed}"
-    if offline_copy(ws, hub).is_dir():
-        return f"offline copy of {hub} at {offline_copy(ws, hub)}"
-    revision = f"@{entry.revision[:7]}" if entry.revision else " (revision None: unconfirmed, reads main)"
-    return f"online: {hub}{revision}"
+        return f"online: {hub} (main; not in the suite's dataset registry)"
+    pinned = f"registry pins {entry.revision[:7]}" if entry.revision else "revision None: unconfirmed"
+    return f"online: {hub} (lm-eval reads main; {pinned})"
