@@ -22,12 +22,12 @@ from evals.reporting.task_columns import (
 from evals.tasks.registry import COLUMN_SPECS
 from kqe.core.records import Record
 
-LEADERBOARD_SCHEMA_VERSION = 7
+LEADERBOARD_SCHEMA_VERSION = 6
 """Version of the leaderboard's columns (`schema_version`), bumped when a column is added or changes: 4
 target/placement; 5 perplexity CIs, verdicts, calibration effect, KO−EN gap; 6 ko_rag answerable F1/EM
-and abstain precision, lmeval_*, faq_*, ko_en_gap_pairing, load_* by `vllm bench serve`; 7 mmmlu_*,
-belebele_ko_*, belebele_en_* (parallel pairs from hub datasets), ko_en_gap_pairing naming its pairing."""
-READABLE_SCHEMA_VERSIONS = (3, 4, 5, 6, 7)
+and abstain precision, lmeval_*, faq_*, ko_en_gap_pairing, load_* by `vllm bench serve`. A registry task
+with a new column prefix (mmmlu_*, belebele_*) adds columns only to the runs that score it: no bump."""
+READABLE_SCHEMA_VERSIONS = (3, 4, 5, 6)
 """Versions this suite reads: an older board's missing columns (all optional) read as empty."""
 
 
