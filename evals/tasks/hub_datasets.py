@@ -14,7 +14,6 @@ Config names and data fields the lm-eval tasks read are not restated here: they 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -24,7 +23,6 @@ from evals.tasks.benchmark_data import (
     KMMLU_REVISION,
     MMLU_HUB,
     MMLU_REVISION,
-    OFFLINE_ENV,
     ONLINE_ENV,
 )
 from kqe.core.errors import UserError
@@ -159,7 +157,7 @@ def locate(ws: Workspace, hub: str, files: list[str], online: bool) -> Path | st
     missing = [name for name in files if not any(copy.glob(name))]
     if not missing:
         return copy
-    if online and entry.pinned and not _offline_forced():
+    if online and entry.pinned:
         return entry.pinned
     where = f"{copy} lacks {missing[0]}" if copy.is_dir() else f"no offline copy at {copy}"
     _not_offline(ws, entry, where)
@@ -170,10 +168,6 @@ def _not_offline(ws: Workspace, entry: HubDataset, where: str) -> NoReturn:
         raise UserError(f"{entry.hub} is not available offline ({where}) and has no confirmed revision to "
                         f"download: {_how_to_get(ws, entry)}")  # fmt: skip
     raise UserError(f"{entry.hub} is not available offline ({where}): {_how_to_get(ws, entry)}")
-
-
-def _offline_forced() -> bool:
-    return os.environ.get(OFFLINE_ENV, "") not in ("", "0")
 
 
 def lm_eval_availability(hub: str) -> str:
