@@ -44,6 +44,11 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *needles: str) ->
         (("eval", "--model", "{tiny}", "--schemes", "bf16,awq-w3"), ("awq-w3", "awq-w4a16")),
         (("eval", "--model", "{tiny}", "--calibration", "ko=0.9,en=0.3"), ("ko=0.9,en=0.3", "1")),
         (("eval", "--model", "{tiny}", "--tasks", "kmmlu,hellaswag"), ("hellaswag", "mmlu")),
+        (("eval", "--model", "{tiny}", "--tasks", "kmmlu_redux"), ("LGAI-EXAONE/KMMLU-Redux", "unconfirmed")),
+        (
+            ("eval", "--model", "{tiny}", "--tasks", "mmmlu_ko,mmlu_en"),
+            ("openai/MMMLU is not available offline", "datasets/openai/MMMLU", "KQE_ONLINE=1"),
+        ),
         (("eval", "--model", "{tiny}", "--profile", "rtx9090"), ("rtx9090", "cpu-small")),
         (("compare", "missing.jsonl", "missing2.jsonl"), ("missing.jsonl",)),
         (

@@ -210,7 +210,7 @@ def test_items_prepared_once_need_the_hub_no_more(
         ]
         return {split: [row | {"question": f"{split}: {row['question']}"} for row in rows] for split in files}
 
-    monkeypatch.setattr(benchmark_data, "_load_hub_files", hub_files)
+    monkeypatch.setattr(benchmark_data, "load_hub_files", hub_files)
     assert to_download(workspace, ["mmlu"], None, 0, True) == [f"cais/mmlu@{MMLU_REVISION}"]
     prepared = prepare_tasks(workspace, ["mmlu"], None, seed=0, online=True)
     assert source_label("mmlu", prepared) == "MMLU test (cais/mmlu@c30699e, 12 items), 0-shot"

@@ -33,7 +33,7 @@ def test_matched_gap_cancels_what_both_languages_lose_on_the_same_items() -> Non
     matched = parallel.with_matched_gaps({"faq_chapter_ko": unpaired}, base_items, cand_items)[
         "faq_chapter_ko"
     ]
-    assert matched.ko_en_gap_pairing == parallel.MATCHED
+    assert matched.ko_en_gap_pairing == f"{parallel.MATCHED}: section number (Debian FAQ ko ↔ en)"
     assert (matched.ko_en_gap, matched.ko_en_gap_ci_low, matched.ko_en_gap_ci_high) == (0.0, 0.0, 0.0)
 
 

@@ -25,7 +25,8 @@ from kqe.core.records import Record
 LEADERBOARD_SCHEMA_VERSION = 6
 """Version of the leaderboard's columns (`schema_version`), bumped when a column is added or changes: 4
 target/placement; 5 perplexity CIs, verdicts, calibration effect, KO−EN gap; 6 ko_rag answerable F1/EM
-and abstain precision, lmeval_*, faq_*, ko_en_gap_pairing, load_* by `vllm bench serve`."""
+and abstain precision, lmeval_*, faq_*, ko_en_gap_pairing, load_* by `vllm bench serve`. A registry task
+with a new column prefix (mmmlu_*, belebele_*) adds columns only to the runs that score it: no bump."""
 READABLE_SCHEMA_VERSIONS = (3, 4, 5, 6)
 """Versions this suite reads: an older board's missing columns (all optional) read as empty."""
 
@@ -56,7 +57,8 @@ class LeaderboardRow(Record):
     ko_en_gap_ci_high: float | None
     """Upper end of the 95% CI of ko_en_gap."""
     ko_en_gap_pairing: str | None = None
-    """How ko_en_gap paired the tasks: `matched items` (a parallel pair) or `unpaired (different items)`."""
+    """How ko_en_gap paired the tasks: `matched items: <pairing>` (a parallel pair, its registry entry
+    naming how items match, e.g. `link + question_number (…)`) or `unpaired (different items)`."""
     calib_effect_vs: str | None = None
     """Checkpoint of the same scheme calibrated on another mix that this row is paired with
     (`awq-w4a16-en100` for `awq-w4a16-ko70`); empty when the run has no such pair."""

@@ -30,7 +30,8 @@ from kqe.core.errors import UserError
 from kqe.core.results import Comparison
 
 MATCHED = "matched items"
-"""`ko_en_gap_pairing` of a parallel pair: Δ per item, Korean minus English, on the same questions."""
+"""Start of a parallel pair's `ko_en_gap_pairing` (Δ per item, Korean minus English, on the same
+questions), followed by the pair's pairing from the registry."""
 
 
 @dataclass(frozen=True)
@@ -55,9 +56,10 @@ def with_matched_gaps(
         if task not in PARALLEL_TASKS or english is None or comparison.ko_en_gap is None:
             continue
         matched = matched_gap(base[task], cand[task], base[english], cand[english], resamples, seed)
+        pairing = f"{MATCHED}: {PARALLEL_TASKS[task]}"
         found[task] = comparison.model_copy(
             update={"ko_en_gap": matched.gap, "ko_en_gap_ci_low": matched.ci_low,
-                    "ko_en_gap_ci_high": matched.ci_high, "ko_en_gap_pairing": MATCHED}
+                    "ko_en_gap_ci_high": matched.ci_high, "ko_en_gap_pairing": pairing}
         )  # fmt: skip
     return found
 

@@ -228,7 +228,7 @@ def mmlu_rows(path: Path, task: str = "mmlu") -> list[Row]:
     return with_item_ids(task, rows)
 
 
-def _load_hub_files(
+def load_hub_files(
     where: str | Path, files: dict[str, str], cache: Path, builder_options: dict[str, Any]
 ) -> dict[str, Any]:
     """`datasets.load_dataset` of named files: relative to a pinned hub repository, or local paths."""
@@ -236,6 +236,7 @@ def _load_hub_files(
 
     if isinstance(where, Path):  # a local copy: the packaged builder of the files' format
         kind = Path(next(iter(files.values()))).suffix.lstrip(".")
+        kind = "json" if kind == "jsonl" else kind  # the packaged builder reads JSON Lines as `json`
         found = {name: str(where / pattern) for name, pattern in files.items()}
         return dict(datasets.load_dataset(kind, data_files=found, cache_dir=str(cache), **builder_options))
     repo, revision = where.split("@")
@@ -274,7 +275,7 @@ def kmmlu_hub_rows(where: str | Path, task: str, cache: Path) -> SourceRows:
                 f"at a full copy of {KMMLU_HUB} (`huggingface-cli download {KMMLU_HUB} --repo-type dataset`)"
             )
     options = {"converters": dict.fromkeys(_KMMLU_TEXT, str), "keep_default_na": False}
-    splits = _load_hub_files(where, files, cache, options)
+    splits = load_hub_files(where, files, cache, options)
     test, dev = [], []
     for subject in subjects:
         test += [_kmmlu_row(subject, raw) for raw in splits[f"{subject}__test"]]
@@ -282,7 +283,7 @@ def kmmlu_hub_rows(where: str | Path, task: str, cache: Path) -> SourceRows:
     return SourceRows(test=with_item_ids(task, test), shots=with_item_ids(f"{task}-dev", dev))
 
 
-def _mmlu_hub_row(raw: Row) -> Row:
+def mmlu_hub_row(raw: Row) -> Row:
     choices = [str(choice) for choice in raw["choices"]]
     if len(choices) != 4 or raw["answer"] not in range(4):
         raise UserError(
@@ -304,9 +305,9 @@ def mmlu_hub_rows(where: str | Path, task: str, cache: Path) -> SourceRows:
             f"{where} lacks all/test-*.parquet or all/dev-*.parquet: point {MMLU_DIR_ENV} at a copy "
             f"of {MMLU_HUB}"
         )
-    splits = _load_hub_files(where, files, cache, {})
-    test = [_mmlu_hub_row(raw) for raw in splits["test"]]
-    dev = [_mmlu_hub_row(raw) for raw in splits["dev"]]
+    splits = load_hub_files(where, files, cache, {})
+    test = [mmlu_hub_row(raw) for raw in splits["test"]]
+    dev = [mmlu_hub_row(raw) for raw in splits["dev"]]
     return SourceRows(test=with_item_ids(task, test), shots=with_item_ids(f"{task}-dev", dev))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evals.tasks import lm_eval_bridge
+from evals.tasks import hub_datasets, lm_eval_bridge
 from evals.tasks.registry import LM_EVAL_PREFIX, TASK_SPECS
 from kqe.core.errors import UserError
 from kqe.core.records import Record
@@ -17,14 +17,8 @@ KOREAN_LM_EVAL = (
 )  # fmt: skip
 """Name prefixes of the Korean tasks lm-eval ships; `kqe tasks` lists those that are multiple choice
 (any other lm-eval multiple-choice task is scored too when named)."""
-DATASET_LICENCES = {
-    "HAERAE-HUB/KMMLU": "CC-BY-ND-4.0",
-    "openai/MMMLU": "MIT",
-    "facebook/belebele": "CC-BY-SA-4.0",
-    "skt/kobest_v1": "CC-BY-SA-4.0",
-}
-"""Licences of the hub datasets lm-eval's Korean tasks read, where their dataset cards state one."""
 UNKNOWN_LICENCE = "see the dataset card"
+"""What `kqe tasks` says of a hub dataset not in evals/tasks/hub_datasets.py."""
 
 
 class TaskListing(Record):
@@ -45,6 +39,8 @@ class TaskListing(Record):
     """`offline`, or `online` with the hub dataset that must be downloaded (or cached) first."""
     english: str | None
     """The English task its loss is contrasted with, if any."""
+    pairing: str | None = None
+    """How its items match its English twin's (a parallel pair); None when unpaired."""
 
 
 def listings(ws: Workspace, include_path: str | None) -> list[TaskListing]:
@@ -72,17 +68,17 @@ def _registry_listing(ws: Workspace, task: str) -> TaskListing:
     spec = TASK_SPECS[task]
     try:
         offline, online = spec.source(ws, False), spec.source(ws, True)
-    except UserError as exc:  # ko_faq before `make setup`
+    except UserError as exc:  # ko_faq before `make setup`, a hub dataset not copied, one not loadable
         return TaskListing(
             name=task, source="registry", items=None, subjects=None, licence=spec.licence,
-            availability=f"offline once set up ({exc})", english=spec.english,
+            availability=f"not ready: {exc}", english=spec.english, pairing=spec.pairing,
         )  # fmt: skip
     availability = "offline"
     if online.hub:
         availability += f" ({offline.name}); online: {online.name} from {online.where}"
     return TaskListing(
         name=task, source="registry", items=offline.items, subjects=None, licence=spec.licence,
-        availability=availability, english=spec.english,
+        availability=availability, english=spec.english, pairing=spec.pairing,
     )  # fmt: skip
 
 
@@ -94,10 +90,11 @@ def _lm_eval_listing(bridged: lm_eval_bridge.BridgedTask, include: Path | None) 
             items, subjects = len(prompts), len({item.subject for item in prompts})
         except UserError:  # listed all the same; `kqe eval` says what is wrong with it
             pass
-    hubs = {dataset.split(" (")[0] for dataset in bridged.datasets}
-    licences = sorted({DATASET_LICENCES.get(hub, UNKNOWN_LICENCE) for hub in hubs})
+    hubs = sorted({dataset.split(" (")[0] for dataset in bridged.datasets})
+    entries = [hub_datasets.HUB_DATASETS.get(hub) for hub in hubs]
+    licences = sorted({entry.licence if entry else UNKNOWN_LICENCE for entry in entries})
     licence = "the user's" if bridged.source == "user" else ", ".join(licences)
-    where = "offline" if bridged.local else f"online: {', '.join(bridged.datasets)}"
+    where = "offline" if bridged.local else "; ".join(hub_datasets.lm_eval_availability(hub) for hub in hubs)
     return TaskListing(
         name=bridged.name, source=bridged.source, items=items, subjects=subjects,
         licence=licence, availability=where, english=None,

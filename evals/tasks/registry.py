@@ -14,6 +14,16 @@ from functools import partial
 from evals.tasks.benchmark_data import Source, kmmlu_hard_source, kmmlu_source, mmlu_source
 from evals.tasks.debian_faq import ko_faq_source
 from evals.tasks.faq_chapters import faq_chapter_source
+from evals.tasks.hub_datasets import HUB_DATASETS, unloadable_source
+from evals.tasks.parallel_sources import (
+    BELEBELE_HUB,
+    BELEBELE_PAIRING,
+    MMMLU_HUB,
+    MMMLU_PAIRING,
+    belebele_source,
+    mmlu_en_source,
+    mmmlu_ko_source,
+)
 from kqe.core.workspace import Workspace
 
 
@@ -37,9 +47,10 @@ class TaskSpec:
     """The English task its loss is contrasted with (the Korean-vs-English gap); None for English tasks."""
     categories: tuple[str, ...] = ()
     """Supercategories its subjects fall in (keys of CATEGORY_LABELS), each a column of its own."""
-    parallel: bool = False
-    """Whether its items are its English twin's translated item for item (same item id after the task
-    name), so the Korean-vs-English gap is taken on matched items (`evals/statistics/parallel.py`)."""
+    pairing: str | None = None
+    """How its items match its English twin's, translated item for item (same item id after the task
+    name), so the Korean-vs-English gap is taken on matched items (`evals/statistics/parallel.py`);
+    None when the two hold different items. The leaderboard's `ko_en_gap_pairing` names it."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +97,7 @@ TASK_SPECS = {
         "FAQ-CHAPTER-KO",
         DEBIAN_FAQ_LICENCE,
         "faq_chapter_en",
-        parallel=True,
+        pairing="section number (Debian FAQ ko ↔ en)",
     ),
     "faq_chapter_en": TaskSpec(
         partial(faq_chapter_source, "en"),
@@ -96,7 +107,28 @@ TASK_SPECS = {
         "FAQ-CHAPTER-EN",
         DEBIAN_FAQ_LICENCE,
     ),
-}
+    "mmmlu_ko": TaskSpec(
+        mmmlu_ko_source, 0, "kqe_mmmlu_ko", "mmmlu", "MMMLU-KO", HUB_DATASETS[MMMLU_HUB].licence, "mmlu_en",
+        pairing=MMMLU_PAIRING,
+    ),
+    "mmlu_en": TaskSpec(mmlu_en_source, 0, "kqe_mmlu_en", "mmlu", "MMLU", MMLU_LICENCE),
+    "belebele_ko": TaskSpec(
+        partial(belebele_source, "ko"), 0, "kqe_belebele_ko", "belebele_ko", "BELEBELE-KO",
+        HUB_DATASETS[BELEBELE_HUB].licence, "belebele_en", pairing=BELEBELE_PAIRING,
+    ),
+    "belebele_en": TaskSpec(
+        partial(belebele_source, "en"), 0, "kqe_belebele_en", "belebele_en", "BELEBELE-EN",
+        HUB_DATASETS[BELEBELE_HUB].licence,
+    ),
+    "kmmlu_redux": TaskSpec(
+        partial(unloadable_source, "LGAI-EXAONE/KMMLU-Redux"), 0, "kqe_kmmlu", "kmmlu", "KMMLU",
+        HUB_DATASETS["LGAI-EXAONE/KMMLU-Redux"].licence, "mmlu", KMMLU_CATEGORIES,
+    ),
+    "kmmlu_pro": TaskSpec(
+        partial(unloadable_source, "LGAI-EXAONE/KMMLU-Pro"), 0, "kqe_kmmlu", "kmmlu", "KMMLU",
+        HUB_DATASETS["LGAI-EXAONE/KMMLU-Pro"].licence, "mmlu", KMMLU_CATEGORIES,
+    ),
+}  # fmt: skip
 OTHER_TASKS = ("ko_rag",)
 """Tasks scored by their own modules (ko_rag: evals/tasks/ko_rag/task.py): known names, not prepared here."""
 TASKS = (*TASK_SPECS, *OTHER_TASKS)
@@ -134,5 +166,5 @@ COLUMN_LABELS = {prefix: spec.label for prefix, spec in COLUMN_SPECS.items()}
 """Leaderboard column prefix -> label, in column order (Korean first)."""
 KOREAN_TO_ENGLISH = {task: spec.english for task, spec in TASK_SPECS.items() if spec.english}
 """Korean task -> the English task its loss is contrasted with."""
-PARALLEL_TASKS = frozenset(task for task, spec in TASK_SPECS.items() if spec.parallel and spec.english)
-"""Korean tasks whose gap to English is taken on matched items."""
+PARALLEL_TASKS = {task: spec.pairing for task, spec in TASK_SPECS.items() if spec.pairing and spec.english}
+"""Korean task -> how its items match its English twin's (its gap to English is taken on matched items)."""

@@ -29,6 +29,7 @@ def tasks_command(include_path: str | None, as_json: bool) -> None:
                 continue
             counts = f"{_count(task.items)} items, {_count(task.subjects)} subjects"
             twin = f"; English twin {task.english}" if task.english else ""
+            twin += f", matched by {task.pairing}" if task.pairing else (", unpaired" if twin else "")
             echo(f"{task.name:40} {task.source:8} {counts:26} {task.licence}; {task.availability}{twin}")
 
     run_guarded(action)
