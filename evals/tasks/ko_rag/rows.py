@@ -32,6 +32,7 @@ from evals.tasks.ko_rag.sweep import (
     DEFAULT_CONDITIONS,
     LENGTHS,
     MC_TASK,
+    ORACLE,
     RETRIEVED,
     TASK,
     item_id,
@@ -208,6 +209,7 @@ def build_rows(
         "top_k": rag_retrieval.TOP_K,
         "recall_at_k": round(sum(recalls) / len(recalls), 4) if recalls else None,
         "gold_in_context": gold_in_context(rows),
+        "oracle_gold_in_context": gold_in_context(rows, ORACLE) if ORACLE in conditions else None,
     }
     for label, reason in skipped.items():
         log.warning("ko_rag: %s context skipped (%s)", label, reason)
@@ -221,11 +223,12 @@ def _place(row: dict[str, Any], lengths: list[str], labels: list[str]) -> tuple[
     return lengths.index(row["length"]), labels.index(row["condition"])
 
 
-def gold_in_context(rows: list[dict[str, Any]]) -> dict[str, float]:
-    """Length -> share of the answerable rows of the retrieved condition whose prompt holds every gold
-    passage: retrieval recall as far as the prompt, apart from reading."""
+def gold_in_context(rows: list[dict[str, Any]], condition: str = RETRIEVED) -> dict[str, float]:
+    """Length -> share of the answerable rows of `condition` whose prompt holds every gold passage:
+    for the retrieved condition, retrieval recall as far as the prompt, apart from reading; for the
+    oracle, the share whose gold passages fit the length at all."""
     by_length: dict[str, list[bool]] = {}
     for row in rows:
-        if row["answerable"] and row["condition"] == RETRIEVED:
+        if row["answerable"] and row["condition"] == condition:
             by_length.setdefault(row["length"], []).append(row["gold_in_context"])
     return {label: round(sum(found) / len(found), 4) for label, found in by_length.items()}
