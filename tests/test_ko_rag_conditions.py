@@ -229,3 +229,12 @@ def test_leaderboard_columns_of_each_condition_from_saved_rows(tmp_path: Path) -
     assert "ko_rag_depth25_f1_1k" not in header  # a condition no row scored has no columns
     [back] = read_leaderboard(board)
     assert back.ko_rag_gain_delta_1k == pytest.approx(-0.5) and back.ko_rag_oracle_f1_2k is None
+
+
+def test_the_reproduce_command_names_the_ko_rag_options() -> None:
+    from kqe.pipeline.config import EvalConfig
+
+    asked = EvalConfig(rag_conditions=("retrieved", "depth"), rag_chat_template=True).command()
+    assert "--rag-conditions retrieved,depth --rag-chat-template" in asked
+    default = EvalConfig().command()
+    assert "--rag-conditions" not in default and "--rag-chat-template" not in default

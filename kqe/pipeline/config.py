@@ -19,7 +19,7 @@ from evals.serving.hardware import Device
 from evals.serving.processes import forced_port
 from evals.tasks import item_sets, lm_eval_bridge, prompts
 from evals.tasks.ko_rag import task as rag_task
-from evals.tasks.ko_rag.sweep import DEFAULT_CONDITIONS
+from evals.tasks.ko_rag.sweep import DEFAULT_CONDITIONS, parse_conditions
 from evals.tasks.registry import TASK_SPECS, is_lm_eval_task
 from kqe.core import defaults
 from kqe.core.errors import UserError
@@ -213,6 +213,7 @@ def plan_run(cfg: EvalConfig, ws: Workspace, spec: ModelSpec) -> RunPlan:
     lm_eval_tasks(cfg)  # an unknown or generation lm-eval task is said before any build
     if cfg.rag_data and rag_task.TASK in cfg.tasks:  # a user's ko_rag folder reads, before any build
         rag_task.load_source(ws, Path(cfg.rag_data))
+    parse_conditions(",".join(cfg.rag_conditions))  # a config written by hand names real ones
     serve.check_serve_env(ws)
     local = hardware.local_device(ws.serve_venv)
     profile = hardware.for_device(named, local)  # the dtype of a `native` CPU profile, for this CPU
