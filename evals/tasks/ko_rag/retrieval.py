@@ -90,8 +90,8 @@ class ContextPlan:
 
     passage_ids: tuple[str, ...]
     """Every passage in the prompt, in order."""
-    retrieved: tuple[str, ...]
-    """The block among them (the retrieved passages in rank order, or the gold ones in the oracle)."""
+    block: tuple[str, ...]
+    """The block among them: the retrieved passages in rank order, or the gold ones (oracle, depth grid)."""
     depth: float
     """Where the block starts: the share of the distractor tokens placed before it (0 = first, 1 = last)."""
 
@@ -165,9 +165,9 @@ def fit_plan(
     per-passage sizes are summed beforehand, so this only corrects tokens merged across joins."""
     ids = list(plan.passage_ids)
     while render(ids) > limit:
-        droppable = [index for index, pid in enumerate(ids) if pid not in plan.retrieved]
+        droppable = [index for index, pid in enumerate(ids) if pid not in plan.block]
         if not droppable:
             ids.pop()  # only the block is left: drop its lowest-ranked passage at the end
         else:
             ids.pop(droppable[-1])
-    return _planned(ids, plan.retrieved, sizes)
+    return _planned(ids, plan.block, sizes)

@@ -139,7 +139,7 @@ def open_book_rows(
             rows.append(
                 _row(found, label, length_label, context, pool.budgeter.frame)
                 | {
-                    "block": list(plan.retrieved),
+                    "block": list(plan.block),
                     "passage_ids": list(plan.passage_ids),
                     "depth": round(plan.depth, 4),
                     "gold_in_context": all(pid in plan.passage_ids for pid in question.gold_passages),
