@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kqe.core import defaults
+from kqe.core.chat import Framing, chat_framing
 from kqe.core.errors import UserError
 from kqe.core.io import read_record, sha256_of, write_atomic, write_record
 from kqe.core.modelstore import LocalModel
@@ -32,7 +33,7 @@ from kqe.core.workspace import Workspace, safe_name
 from quantize.catalog import SourceSpec, check_holdout_unused, default_sources, paragraphs, read_sources
 from quantize.contamination import ContaminationGuard
 from quantize.dedup import unique_paragraphs
-from quantize.windows import DROP_REASONS, Framing, WindowCutter, chat_framing, hangul_letters, measured_lang
+from quantize.windows import DROP_REASONS, WindowCutter, hangul_letters, measured_lang
 
 log = logging.getLogger(__name__)
 
@@ -232,7 +233,8 @@ def _cut_set(
 ) -> tuple[CalibrationSet, str]:
     """The set's record and its samples file's text, cut with the target tokenizer."""
     tokenizer = _load_tokenizer(asked.tokenizer_dir)
-    framing = chat_framing(tokenizer, str(asked.tokenizer_dir)) if asked.chat_template else Framing()
+    where = str(asked.tokenizer_dir)
+    framing = chat_framing(tokenizer, where, "--chat-template") if asked.chat_template else Framing()
     cutter = WindowCutter(tokenizer, asked.seq_len, framing, guard)
     lines, dropped = _cut_samples(cutter, texts, asked.mix, asked.samples, asked.seed)
     body = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)

@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 import random
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
+from kqe.core.chat import Framing
 from kqe.core.errors import UserError
 from quantize.contamination import ContaminationGuard
 from quantize.dedup import NearDuplicates
@@ -30,7 +30,6 @@ KOREAN_MIN_HANGUL = 0.5
 """A window is measured Korean when at least this share of its letters is Hangul, else English."""
 DROP_REASONS = ("duplicate_paragraphs", "off_language", "contaminated", "near_duplicate")
 """What a set's manifest counts as left out (paragraphs for the first, windows for the others)."""
-_MARKER = "\ufffcKQE-SAMPLE\ufffc"
 
 
 def hangul_letters(text: str) -> tuple[int, int]:
@@ -48,27 +47,6 @@ def measured_lang(text: str) -> str:
     """`ko` when Hangul makes up at least `KOREAN_MIN_HANGUL` of the letters, else `en`."""
     hangul, letters = hangul_letters(text)
     return "ko" if letters and hangul / letters >= KOREAN_MIN_HANGUL else "en"
-
-
-@dataclass(frozen=True)
-class Framing:
-    """Text around every sample: the chat template's user turn, or nothing."""
-
-    prefix: str = ""
-    suffix: str = ""
-
-
-def chat_framing(tokenizer: Any, where: str) -> Framing:
-    """The user turn of the tokenizer's chat template around a sample; BOS left to the tokenizer."""
-    if not getattr(tokenizer, "chat_template", None):
-        raise UserError(f"{where} has no chat template: drop --chat-template or use an instruct model")
-    rendered = tokenizer.apply_chat_template([{"role": "user", "content": _MARKER}], tokenize=False)
-    prefix, _, suffix = str(rendered).partition(_MARKER)
-    bos = tokenizer.bos_token
-    # templates write BOS and the tokenizer adds one again: keep one, the tokenizer's
-    if bos and prefix.startswith(bos) and tokenizer("")["input_ids"][:1] == [tokenizer.bos_token_id]:
-        prefix = prefix[len(bos) :]
-    return Framing(prefix, suffix)
 
 
 class WindowCutter:

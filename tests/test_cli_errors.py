@@ -164,6 +164,11 @@ BAD_INPUTS = [
     (("eval", "--model", "hf:../../etc"), ("hf:../../etc", "hf:org/name")),
     (("eval", "--model", "hf:just-a-name"), ("hf:just-a-name", "hf:org/name")),
     (("eval", "--model", "{tiny}", "--run", "../elsewhere"), ("../elsewhere", "folder name")),
+    (
+        ("eval", "--model", "{tiny}", "--rag-conditions", "retrieved,orcale"),
+        ("--rag-conditions", "orcale", "retrieved,oracle,depth,closed_book"),
+    ),
+    (("eval", "--model", "{tiny}", "--rag-conditions", ","), ("--rag-conditions", "names no condition")),
     (("evl",), ("evl", "eval")),
     (("plan", "--model", "gemma3-270m", "--gpu", "rtx9999"), ("rtx9999", "rtx4090")),
     (

@@ -16,9 +16,11 @@ from evals.tasks.ko_rag import answer_score
 from evals.tasks.ko_rag import context as rag_context
 from evals.tasks.ko_rag import docs as rag_docs
 from evals.tasks.ko_rag import metrics as rag_metrics
+from evals.tasks.ko_rag import rows as rag_rows
 from evals.tasks.ko_rag import task as rag_task
 from evals.tasks.ko_rag.choices import mc_choices
 from evals.tasks.ko_rag.retrieval import Bm25, Retriever, plan_context, recall_at_k
+from evals.tasks.ko_rag.sweep import LENGTHS, RETRIEVED
 from evals.tasks.prompts import TASKS_DIR
 from kqe.core.errors import UserError
 from kqe.core.results import ItemResult
@@ -202,14 +204,14 @@ def test_contexts_fill_the_budget_in_tokens_and_skip_what_does_not_fit(
 ) -> None:
     source = rag_task.load_source(Workspace.from_env(), user_data)
     budgeter = rag_context.hf_budgeter(tiny_model_dir)
-    rows, manifest = rag_task.build_rows(source, budgeter, max_model_len=2048, limit=None, seed=0)
+    rows, manifest = rag_rows.build_rows(source, budgeter, 2048, None, 0, (RETRIEVED,))
     assert manifest["lengths"] == {"1k": 1024, "2k": 2048}
     assert set(manifest["skipped"]) == {"4k", "16k"} and manifest["recall_at_k"] == 1.0
     assert manifest["gold_in_context"] == {"1k": 1.0, "2k": 1.0}
     assert [row["length"] for row in rows] == ["1k"] * 6 + ["2k"] * 6
     encode = ChoiceTokenizer(tiny_model_dir).tok_encode
     for row in rows:
-        length = rag_task.LENGTHS[row["length"]]
+        length = LENGTHS[row["length"]]
         assert len(encode(row["prompt"])) == row["prompt_tokens"]
         assert row["prompt_tokens"] + rag_context.MAX_NEW_TOKENS <= length
         assert len(encode(row["mc_prompt"])) + 1 <= length
@@ -222,7 +224,7 @@ def test_contexts_fill_the_budget_in_tokens_and_skip_what_does_not_fit(
     for pair in by_question.values():  # the longer context holds the shorter one's passages
         assert set(pair["1k"]["passage_ids"]) <= set(pair["2k"]["passage_ids"])
     with pytest.raises(UserError, match="max-model-len 512 holds none"):
-        rag_task.build_rows(source, budgeter, max_model_len=512, limit=None, seed=0)
+        rag_rows.build_rows(source, budgeter, max_model_len=512, limit=None, seed=0)
 
 
 def test_mc_choices_are_four_distinct_with_abstention_and_stable(user_data: Path) -> None:
@@ -266,8 +268,9 @@ def test_hangul_share_tells_korean_answers_from_others() -> None:
 
 def _item(question: str, length: str, f1: float, reference: str = "답") -> ItemResult:
     return ItemResult(
-        task=rag_task.TASK, subject=f"factual/{question}", item_id=f"ko_rag/{question}/{length}", gold=0,
-        pred=0 if f1 == 1 else -1, correct=f1 == 1, choice_logprobs=[], prompt_sha="x", generated="답",
+        task=rag_task.TASK, subject=f"factual/{question}", item_id=f"ko_rag/{question}/retrieved/{length}",
+        gold=0, pred=0 if f1 == 1 else -1, correct=f1 == 1, choice_logprobs=[], prompt_sha="x",
+        generated="답",
         reference=reference, f1=f1, hangul_share=1.0,
     )  # fmt: skip
 
@@ -319,8 +322,10 @@ def test_lm_eval_dataset_is_prepared_for_the_model_when_no_data_is_given(
     monkeypatch.delenv("KQE_TASK_DATA", raising=False)
     options = {"pretrained": str(tiny_model_dir), "ko_rag_data": str(user_data)}
     rows = utils.load_ko_rag(**options)["test"]
-    assert sorted(set(rows["length"])) == ["1k", "2k"]  # the tiny config holds 2,048 positions
-    assert len(utils.load_ko_rag(**options, ko_rag_max_length=1024)["test"]) == len(QUESTIONS)
+    assert sorted(set(rows["length"]) - {None}) == ["1k", "2k"]  # the tiny config holds 2,048 positions
+    assert set(rows["condition"]) == {"retrieved", "oracle", "closed_book"}  # the default conditions
+    one = utils.load_ko_rag(**options, ko_rag_max_length=1024, ko_rag_conditions="retrieved")["test"]
+    assert len(one) == len(QUESTIONS) and set(one["length"]) == {"1k"}
     assert utils.process_generation(rows[0], [" " + rows[0]["reference"]]) == {"em": 1.0, "f1": 1.0}
 
 

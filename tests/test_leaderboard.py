@@ -18,6 +18,7 @@ from evals.reporting.leaderboard import (
 )
 from evals.reporting.leaderboard_row import LEADERBOARD_SCHEMA_VERSION, READABLE_SCHEMA_VERSIONS
 from evals.reporting.outcome import CheckpointOutcome, RowFindings
+from evals.reporting.rag_columns import RAG_COLUMNS
 from evals.serving.serve import load_profile
 from evals.tasks.registry import COLUMN_SPECS
 from kqe.core.errors import UserError
@@ -69,7 +70,9 @@ def test_round_trip_keeps_values(tmp_path: Path) -> None:
     assert back.disk_gib == pytest.approx(1.0)
     header = path.read_text().splitlines()[0].split(",")
     unscored = tuple(f"{prefix}_" for prefix in COLUMN_SPECS if prefix != "mmlu")
-    assert header == [c for c in COLUMNS if not c.startswith(unscored)]  # mmlu alone was scored
+    conditions = {name for name, doc in RAG_COLUMNS.items() if doc.prefix != "ko_rag"}  # none scored
+    assert header == [c for c in COLUMNS if not c.startswith(unscored) and c not in conditions]
+    assert "ko_rag_f1_1k" in header and "ko_rag_recall_1k" in header  # ko_rag's own columns, always
 
 
 def test_a_checkpoint_never_built_keeps_its_status_profile_and_planned_memory() -> None:
@@ -145,7 +148,7 @@ def test_a_schema_5_board_with_the_former_load_columns_reads_with_one_note(
     notes = [r.getMessage() for r in caplog.records if "former load generator" in r.getMessage()]
     assert len(notes) == 1 and "load_ttft_p95_s is not read" in notes[0]
     assert rows[0].load_output_tokens_per_s == 41.5 and rows[0].load_ttft_p99_ms is None
-    assert {row.schema_version for row in rows} == {6}
+    assert {row.schema_version for row in rows} == {LEADERBOARD_SCHEMA_VERSION}
 
 
 def test_missing_columns_are_named(tmp_path: Path) -> None:

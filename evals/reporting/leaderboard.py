@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from evals.planning.placement import Placement
 from evals.reporting.leaderboard_row import (
     COLUMNS,
+    GENERATED_COLUMNS,
     LEADERBOARD_SCHEMA_VERSION,
     READABLE_SCHEMA_VERSIONS,
     LeaderboardRow,
@@ -25,7 +26,6 @@ from evals.reporting.leaderboard_row import (
     columns,
 )
 from evals.reporting.outcome import CheckpointOutcome, RowFindings
-from evals.reporting.task_columns import TASK_COLUMNS
 from evals.tasks.registry import PARALLEL_TASKS, column_prefix
 from kqe import __version__
 from kqe.core.capacity import CapacityReport
@@ -261,7 +261,7 @@ def read_leaderboard(path: Path) -> list[LeaderboardRow]:
         )  # fmt: skip
     missing = [
         name for name in COLUMNS
-        if name not in records[0] and name not in TASK_COLUMNS
+        if name not in records[0] and name not in GENERATED_COLUMNS
         and not (older and type(None) in get_args(column_type(name)))
     ]  # fmt: skip
     if missing:

@@ -1,8 +1,9 @@
 """One checkpoint's row of `results/<model>/leaderboard.csv`, versioned apart from every other record:
 a new column rewrites leaderboards, never the checkpoints, calibration sets or per-item files behind them.
 
-The per-task columns (`kmmlu_acc`, `mmlu_verdict`, …) are not written out by hand: `task_columns`
-generates them from the task registry and the row holds them in `tasks`."""
+The per-task columns (`kmmlu_acc`, `mmlu_verdict`, …) and the ko_rag ones are not written out by hand:
+`task_columns` generates them from the task registry, `rag_columns` from ko_rag's sweep, and the row
+holds them in `tasks`."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from evals.reporting.rag_columns import RAG, RAG_COLUMNS
 from evals.reporting.task_columns import (
     AVERAGES_COLUMNS,
     CALIBRATION_EFFECT_COLUMNS,
@@ -22,13 +24,19 @@ from evals.reporting.task_columns import (
 from evals.tasks.registry import COLUMN_SPECS
 from kqe.core.records import Record
 
-LEADERBOARD_SCHEMA_VERSION = 6
+LEADERBOARD_SCHEMA_VERSION = 7
 """Version of the leaderboard's columns (`schema_version`), bumped when a column is added or changes: 4
 target/placement; 5 perplexity CIs, verdicts, calibration effect, KO−EN gap; 6 ko_rag answerable F1/EM
-and abstain precision, lmeval_*, faq_*, ko_en_gap_pairing, load_* by `vllm bench serve`. A registry task
-with a new column prefix (mmmlu_*, belebele_*) adds columns only to the runs that score it: no bump."""
-READABLE_SCHEMA_VERSIONS = (3, 4, 5, 6)
+and abstain precision, lmeval_*, faq_*, ko_en_gap_pairing, load_* by `vllm bench serve`; 7 ko_rag per
+condition (oracle, depth grid, closed-book gain), retrieval recall, ko_rag_hangul/abstain/mc on the
+retrieved condition alone (older boards averaged every item they had, all retrieved then). A registry
+task with a new column prefix (mmmlu_*, belebele_*) adds columns only to the runs that score it: no bump."""
+READABLE_SCHEMA_VERSIONS = (3, 4, 5, 6, 7)
 """Versions this suite reads: an older board's missing columns (all optional) read as empty."""
+
+
+GENERATED_COLUMNS = TASK_COLUMNS | RAG_COLUMNS
+"""Every generated column: name -> its prefix (group), type and docs."""
 
 
 class LeaderboardRow(Record):
@@ -99,57 +107,6 @@ class LeaderboardRow(Record):
     """Lower end of the paired 95% CI of ppl_faq_gap_pct (sections resampled in both languages)."""
     ppl_faq_gap_ci_high: float | None = None
     """Upper end of that CI."""
-    # ko_rag columns
-    ko_rag_f1_1k: float | None = None
-    """ko_rag number-exact answer F1 on answerable questions, fraction, at 1k (1,024 tokens in all)."""
-    ko_rag_em_1k: float | None = None
-    """ko_rag exact-match share on answerable questions, fraction, at the 1k context."""
-    ko_rag_f1_delta_1k: float | None = None
-    """ko_rag F1 minus the base's on the same items at 1k, fraction; empty on the base row."""
-    ko_rag_f1_ci_low_1k: float | None = None
-    """Lower end of the paired bootstrap 95% CI of ko_rag_f1_delta_1k (gold passages resampled)."""
-    ko_rag_f1_ci_high_1k: float | None = None
-    """Upper end of that CI."""
-    ko_rag_f1_2k: float | None = None
-    """ko_rag number-exact answer F1 on answerable questions, fraction, at 2k (2,048 tokens in all)."""
-    ko_rag_em_2k: float | None = None
-    """ko_rag exact-match share on answerable questions, fraction, at the 2k context."""
-    ko_rag_f1_delta_2k: float | None = None
-    """ko_rag F1 minus the base's on the same items at 2k, fraction; empty on the base row."""
-    ko_rag_f1_ci_low_2k: float | None = None
-    """Lower end of the paired bootstrap 95% CI of ko_rag_f1_delta_2k (gold passages resampled)."""
-    ko_rag_f1_ci_high_2k: float | None = None
-    """Upper end of that CI."""
-    ko_rag_f1_4k: float | None = None
-    """ko_rag number-exact answer F1 on answerable questions, fraction, at 4k (4,096 tokens in all)."""
-    ko_rag_em_4k: float | None = None
-    """ko_rag exact-match share on answerable questions, fraction, at the 4k context."""
-    ko_rag_f1_delta_4k: float | None = None
-    """ko_rag F1 minus the base's on the same items at 4k, fraction; empty on the base row."""
-    ko_rag_f1_ci_low_4k: float | None = None
-    """Lower end of the paired bootstrap 95% CI of ko_rag_f1_delta_4k (gold passages resampled)."""
-    ko_rag_f1_ci_high_4k: float | None = None
-    """Upper end of that CI."""
-    ko_rag_f1_16k: float | None = None
-    """ko_rag number-exact answer F1 on answerable questions, fraction, at 16k (16,384 tokens in all)."""
-    ko_rag_em_16k: float | None = None
-    """ko_rag exact-match share on answerable questions, fraction, at the 16k context."""
-    ko_rag_f1_delta_16k: float | None = None
-    """ko_rag F1 minus the base's on the same items at 16k, fraction; empty on the base row."""
-    ko_rag_f1_ci_low_16k: float | None = None
-    """Lower end of the paired bootstrap 95% CI of ko_rag_f1_delta_16k (gold passages resampled)."""
-    ko_rag_f1_ci_high_16k: float | None = None
-    """Upper end of that CI."""
-    ko_rag_hangul: float | None = None
-    """ko_rag mean share of Hangul among the letters of the generated answers, fraction (1.0 = Korean)."""
-    ko_rag_abstain: float | None = None
-    """ko_rag share of unanswerable questions whose answer abstains (any common Korean phrasing), fraction."""
-    ko_rag_abstain_precision: float | None = None
-    """ko_rag share of the abstaining answers (any question) given on unanswerable questions, fraction."""
-    ko_rag_mc_acc: float | None = None
-    """ko_rag multiple-choice accuracy (log-probs of the letters) over every scored length, fraction."""
-    ko_rag_skipped: str | None = None
-    """ko_rag context lengths not scored and why (e.g. `16k: over max-model-len 2048`); empty when none."""
     # scheme columns
     serving: str | None = None
     """How this engine and device serve the checkpoint: `native`, `dequantized: <why>` (its weights
@@ -223,7 +180,8 @@ class LeaderboardRow(Record):
     """Command that reproduces this row."""
 
     tasks: dict[str, Cell] = Field(default_factory=dict)
-    """The per-task columns (TASK_COLUMNS), by column name; read them as attributes (`row.kmmlu_acc`)."""
+    """The generated columns (GENERATED_COLUMNS), by column name; read them as attributes
+    (`row.kmmlu_acc`, `row.ko_rag_f1_1k`)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -231,17 +189,17 @@ class LeaderboardRow(Record):
         """Per-task columns may be passed by name like any other: they are gathered into `tasks`."""
         if not isinstance(data, dict):
             return data
-        named = {key: data[key] for key in data if key in TASK_COLUMNS}
-        rest = {key: value for key, value in data.items() if key not in TASK_COLUMNS}
-        unknown = set(rest.get("tasks", {})) - set(TASK_COLUMNS)
+        named = {key: data[key] for key in data if key in GENERATED_COLUMNS}
+        rest = {key: value for key, value in data.items() if key not in GENERATED_COLUMNS}
+        unknown = set(rest.get("tasks", {})) - set(GENERATED_COLUMNS)
         if unknown:
             raise ValueError(f"unknown task columns {sorted(unknown)}")
         cells = rest.get("tasks", {}) | named
-        rest["tasks"] = {key: cell(key, value) for key, value in cells.items()}
+        rest["tasks"] = {key: cell(GENERATED_COLUMNS[key].kind, value) for key, value in cells.items()}
         return rest
 
     def __getattr__(self, name: str) -> Any:
-        if name in TASK_COLUMNS:
+        if name in GENERATED_COLUMNS:
             return self.__dict__["tasks"].get(name)
         return super().__getattr__(name)  # type: ignore[misc]
 
@@ -251,6 +209,7 @@ def _layout() -> list[str]:
     before = {
         "ko_en_gap": list(COMPARISON_COLUMNS),
         "ppl_ko": [*CALIBRATION_EFFECT_COLUMNS, *AVERAGES_COLUMNS],
+        "serving": list(RAG_COLUMNS),
     }
     columns: list[str] = []
     for name in LeaderboardRow.model_fields:
@@ -264,31 +223,40 @@ COLUMNS = _layout()
 
 
 def columns(rows: list[LeaderboardRow]) -> list[str]:
-    """The CSV's columns for `rows`: every fixed one, and the task columns of the prefixes any row has
-    a value for, so a task registered later does not change the leaderboards of runs without it."""
+    """The CSV's columns for `rows`: every fixed one and ko_rag's own, and the generated columns of the
+    prefixes any row has a value for, so a task (or a ko_rag condition) added later does not change
+    the leaderboards of runs without it."""
     scored = {
-        TASK_COLUMNS[name].prefix for row in rows for name, value in row.tasks.items() if value is not None
-    }
-    return [name for name in COLUMNS if name not in TASK_COLUMNS or TASK_COLUMNS[name].prefix in scored]
+        GENERATED_COLUMNS[name].prefix
+        for row in rows
+        for name, value in row.tasks.items()
+        if value is not None
+    } | {RAG}
+    return [
+        name for name in COLUMNS if name not in GENERATED_COLUMNS or GENERATED_COLUMNS[name].prefix in scored
+    ]
 
 
 def scored_tasks(rows: Sequence[LeaderboardRow]) -> dict[str, str]:
     """Column prefix -> label of the tasks any of `rows` has a value for, in registry order."""
     scored = {
-        TASK_COLUMNS[name].prefix for row in rows for name, value in row.tasks.items() if value is not None
+        TASK_COLUMNS[name].prefix
+        for row in rows
+        for name, value in row.tasks.items()
+        if value is not None and name in TASK_COLUMNS
     }
     return {prefix: spec.label for prefix, spec in COLUMN_SPECS.items() if prefix in scored}
 
 
 def column_meaning(name: str) -> str:
     """The docs of column `name`."""
-    if name in TASK_COLUMNS:
-        return TASK_COLUMNS[name].meaning
+    if name in GENERATED_COLUMNS:
+        return GENERATED_COLUMNS[name].meaning
     return LeaderboardRow.model_fields[name].description or ""
 
 
 def column_type(name: str) -> Any:
     """The type of column `name` (an optional type where the cell may be empty)."""
-    if name in TASK_COLUMNS:
-        return TASK_COLUMNS[name].kind | None
+    if name in GENERATED_COLUMNS:
+        return GENERATED_COLUMNS[name].kind | None
     return LeaderboardRow.model_fields[name].annotation

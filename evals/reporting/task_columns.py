@@ -126,6 +126,6 @@ TASK_COLUMNS = COMPARISON_COLUMNS | CALIBRATION_EFFECT_COLUMNS | AVERAGES_COLUMN
 _CELL_KINDS: dict[type, TypeAdapter[Any]] = {kind: TypeAdapter(kind) for kind in (float, int, str)}
 
 
-def cell(name: str, value: object) -> Cell:
-    """`value` as the type of task column `name` (CSV text included)."""
-    return None if value is None else _CELL_KINDS[TASK_COLUMNS[name].kind].validate_python(value)
+def cell(kind: type, value: object) -> Cell:
+    """`value` as a generated column of type `kind` (CSV text included)."""
+    return None if value is None else _CELL_KINDS[kind].validate_python(value)

@@ -7,8 +7,9 @@ Response: choices[0].text, the answer without the stop string (vLLM's default sk
 This is what lm-eval's `generate_until` does with `until: ["\\n"]` and `do_sample: false` (the ko_rag_gen
 YAML): the prompt is encoded the way its hf model encodes (BOS added unless present), generation
 stops at the tokenizer's EOS or the first newline, special tokens are dropped when decoding, and the
-text is cut at the stop string. Answers are scored by evals/tasks/ko_rag/metrics.py; each item's result keeps
-the generated text, F1 and Hangul share, with `correct` = exact match for the paired statistics.
+text is cut at the stop string. Answers are scored by evals/tasks/ko_rag/answer_score.py; each item's result
+keeps the generated text, F1 and Hangul share, with `correct` = exact match for the paired statistics,
+and (open-book items) whether the checkpoint answered the question closed-book.
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ from evals.scoring.scoring_pass import results_as_done, score_missing
 from evals.serving.endpoint import Endpoint
 from evals.tasks.ko_rag.answer_score import score_answer
 from evals.tasks.ko_rag.context import ABSTAIN, MAX_NEW_TOKENS
-from evals.tasks.ko_rag.task import TASK, RagItem
+from evals.tasks.ko_rag.metrics import closed_book_flags
+from evals.tasks.ko_rag.sweep import TASK
+from evals.tasks.ko_rag.task import RagItem
 from kqe.core.errors import UserError
+from kqe.core.io import read_jsonl, write_atomic
 from kqe.core.results import ItemResult, ScoreRun
 
 log = logging.getLogger(__name__)
@@ -92,7 +96,8 @@ def score_generation(
     progress: Callable[[int, int], None] | None = None,
 ) -> ScoreRun:
     """Generate and score every item through the server, resuming from `items_path` (one flushed line
-    per finished item, so a crash loses at most the requests in flight)."""
+    per finished item, so a crash loses at most the requests in flight); once all are in, each
+    open-book item is flagged with whether its question was answered closed-book."""
     shas = {item.item_id: prompt_sha(item.prompt) for item in items}
 
     def stale(result: ItemResult) -> bool:
@@ -105,7 +110,10 @@ def score_generation(
         return _generate(encoded, GenerationClient(endpoint, concurrency), concurrency)
 
     ids = [item.item_id for item in items]
-    return score_missing(ids, stale, start, items_path, checkpoint, TASK, profile_key, progress)
+    run = score_missing(ids, stale, start, items_path, checkpoint, TASK, profile_key, progress)
+    flagged = closed_book_flags(read_jsonl(items_path, ItemResult))
+    write_atomic(items_path, "".join(result.model_dump_json() + "\n" for result in flagged))
+    return run
 
 
 def _generate(

@@ -15,6 +15,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from evals.tasks.ko_rag.sweep import DEFAULT_CONDITIONS, parse_conditions
 from kqe.commands.guard import (
     ONLINE_HELP,
     Number,
@@ -148,6 +149,18 @@ from kqe.core.workspace import Workspace
     "(format: evals/tasks/ko_rag/README.md).",
 )
 @click.option(
+    "--rag-conditions",
+    default=",".join(DEFAULT_CONDITIONS),
+    show_default=True,
+    help="ko_rag conditions, comma-separated: retrieved (BM25's passages), oracle (the gold passages forced "
+    "in), depth (the oracle at depths 0, 1/4, 1/2, 3/4, end: 5x its cost), closed_book (no documents).",
+)
+@click.option(
+    "--rag-chat-template",
+    is_flag=True,
+    help="Wrap each ko_rag prompt in the model's chat template as a user turn (instruct checkpoints).",
+)
+@click.option(
     "--recipes",
     default=None,
     help="TOML file of named recipes (group size, symmetry, …); its table names can be listed in --schemes.",
@@ -223,6 +236,7 @@ def eval_command(**options: Any) -> None:
             extra=split_list(options["extra"]), recipes=options["recipes"] or None,
             run=options["run"] or None, target_gpu=options["target_gpu"] or None,
             score_profile=options["score_profile"] or None, profile=_profile(options),
+            rag_conditions=parse_conditions(options["rag_conditions"]),
         )  # fmt: skip
         if options["load"] is None:  # capacity under load is slow on CPU and means little there
             options["load"] = hardware.gpu_present()

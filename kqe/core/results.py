@@ -42,6 +42,9 @@ class ItemResult(Record):
     """Generative items: morpheme-overlap F1 of the answer against the best accepted answer, in [0, 1]."""
     hangul_share: float | None = None
     """Generative items: share of Hangul among the answer's letters, in [0, 1]; None without letters."""
+    closed_book: bool | None = None
+    """ko_rag open-book items: whether this checkpoint answered the same question exactly without
+    documents (its closed-book item); None where that condition was not scored."""
 
 
 class Comparison(Record):

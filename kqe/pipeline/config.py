@@ -19,6 +19,7 @@ from evals.serving.hardware import Device
 from evals.serving.processes import forced_port
 from evals.tasks import item_sets, lm_eval_bridge, prompts
 from evals.tasks.ko_rag import task as rag_task
+from evals.tasks.ko_rag.sweep import DEFAULT_CONDITIONS, parse_conditions
 from evals.tasks.registry import TASK_SPECS, is_lm_eval_task
 from kqe.core import defaults
 from kqe.core.errors import UserError
@@ -78,6 +79,10 @@ class EvalConfig(Record):
     """Seconds of load per concurrency level when `load` is on."""
     rag_data: str | None = None
     """Folder with docs.jsonl + questions.jsonl that ko_rag scores instead of its built-in set."""
+    rag_conditions: tuple[str, ...] = DEFAULT_CONDITIONS
+    """ko_rag conditions scored (`evals/tasks/ko_rag/sweep.py`): retrieved, oracle, depth, closed_book."""
+    rag_chat_template: bool = False
+    """Wrap each ko_rag prompt in the model's chat template as a user turn (instruct checkpoints)."""
     include_path: str | None = None
     """Folder of a user's lm-eval task YAMLs, searched with lm-eval's own for `lm-eval:<task>` tasks."""
     recipes: str | None = None
@@ -112,6 +117,10 @@ class EvalConfig(Record):
             parts += ["--load", "--load-duration-s", f"{self.load_duration_s:g}"]
         if self.rag_data:
             parts += ["--rag-data", self.rag_data]
+        if self.rag_conditions != DEFAULT_CONDITIONS:
+            parts += ["--rag-conditions", ",".join(self.rag_conditions)]
+        if self.rag_chat_template:
+            parts.append("--rag-chat-template")
         if self.include_path:
             parts += ["--include-path", self.include_path]
         if self.trust_remote_code:
@@ -204,6 +213,7 @@ def plan_run(cfg: EvalConfig, ws: Workspace, spec: ModelSpec) -> RunPlan:
     lm_eval_tasks(cfg)  # an unknown or generation lm-eval task is said before any build
     if cfg.rag_data and rag_task.TASK in cfg.tasks:  # a user's ko_rag folder reads, before any build
         rag_task.load_source(ws, Path(cfg.rag_data))
+    parse_conditions(",".join(cfg.rag_conditions))  # a config written by hand names real ones
     serve.check_serve_env(ws)
     local = hardware.local_device(ws.serve_venv)
     profile = hardware.for_device(named, local)  # the dtype of a `native` CPU profile, for this CPU
@@ -264,7 +274,8 @@ def prepare_matrix(cfg: EvalConfig, ws: Workspace, progress: Progress) -> RunMat
         rag_dir = Path(cfg.rag_data) if cfg.rag_data else None
         scored = [p.score.profile.max_model_len for p in plan.placement.checkpoints if p.score]
         longest = min(scored, default=plan.profile.max_model_len)  # every placement must hold every context
-        rag = rag_task.prepared(ws, base.folder, longest, cfg.limit, cfg.seed, rag_dir)
+        options = rag_task.RagOptions(cfg.rag_conditions, cfg.rag_chat_template)
+        rag = rag_task.prepared(ws, base.folder, longest, cfg.limit, cfg.seed, rag_dir, options)
         task_prompts[rag_task.MC_TASK] = rag.choices
     calibs = {}
     # windows sharing a 13-gram with any knowledge item scored in this run are left out of every set;

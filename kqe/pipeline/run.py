@@ -132,7 +132,8 @@ def _findings(
     base_items = None if outcome.name == BASE else base.items  # the base row keeps the macro Δ empty
     cells = averages.leaderboard_cells(outcome.items, base_items, matrix.sources)
     if matrix.rag is not None:
-        cells |= rag_metrics.checkpoint_cells(outcome.items, base_items, matrix.rag.skipped)
+        rag = matrix.rag
+        cells |= rag_metrics.checkpoint_cells(outcome.items, base_items, rag.skipped, rag.gold_in_context)
     ppl = _perplexity_findings(matrix, ckpt, base.checkpoint, control.checkpoint if control else None)
     cells |= ppl.cells | placement
     files = stage_files(matrix, ckpt)

@@ -3,12 +3,13 @@
 Retrieval is Okapi BM25 (k1 = 1.5, b = 0.75, idf = ln(1 + (N − df + ½) / (df + ½))) over Kiwi content
 morphemes of each passage's title and text, so particles and endings do not split a word's matches.
 
-A context for one question and one budget: the top-k retrieved passages (in rank order, each one that
-fits) as one block, then distractors while they fit: hard negatives first (the passages BM25 ranks
-next, HARD_NEGATIVES of them, from the same source as the best one), then the other passages in an
-order drawn once per question. The block sits at a depth drawn once per question (the same relative
-place at every budget, recorded in the plan), so a longer context holds the shorter one's passages
-plus more and the only thing that grows is the reading the model must do around the evidence.
+A context for one question and one budget: a block (the top-k retrieved passages in rank order, each
+one that fits; the oracle's gold passages) then distractors while they fit: hard negatives first (the
+passages BM25 ranks next, HARD_NEGATIVES of them, from the same source as the best one), then the
+other passages in an order drawn once per question. The block sits at a depth drawn once per
+question (the same relative place at every budget) or at a fixed one (the depth grid), recorded in
+the plan as the share of distractor tokens before it, so a longer context holds the shorter one's
+passages plus more and the only thing that grows is the reading the model must do around the evidence.
 """
 
 from __future__ import annotations
@@ -89,10 +90,45 @@ class ContextPlan:
 
     passage_ids: tuple[str, ...]
     """Every passage in the prompt, in order."""
-    retrieved: tuple[str, ...]
-    """The retrieved passages among them, in rank order."""
+    block: tuple[str, ...]
+    """The block among them: the retrieved passages in rank order, or the gold ones (oracle, depth grid)."""
     depth: float
-    """Where the retrieved block starts, as a share of the distractors placed before it (0 = first)."""
+    """Where the block starts: the share of the distractor tokens placed before it (0 = first, 1 = last)."""
+
+
+def _planned(ids: Sequence[str], block: Sequence[str], sizes: dict[str, int]) -> ContextPlan:
+    kept = tuple(pid for pid in block if pid in ids)
+    start = next((index for index, pid in enumerate(ids) if pid in kept), len(ids))
+    before = sum(sizes[pid] for pid in ids[:start] if pid not in kept)
+    others = sum(sizes[pid] for pid in ids if pid not in kept)
+    return ContextPlan(tuple(ids), kept, before / others if others else 0.0)
+
+
+def distractor_order(
+    retrieved: Sequence[str], sizes: dict[str, int], seed: str, hard_negatives: Sequence[str] = ()
+) -> tuple[list[str], float]:
+    """(distractors in the order they are offered, the block's drawn depth) for one question: the
+    `hard_negatives` (passages ranked just below the retrieved ones, from the same source: they look
+    relevant and are not), then the other passages in an order drawn from `seed` (e.g. the question
+    id), which also draws the depth, identically for every budget."""
+    rng = random.Random(seed)
+    rest = [pid for pid in sorted(sizes) if pid not in retrieved and pid not in hard_negatives]
+    rng.shuffle(rest)
+    return [pid for pid in hard_negatives if pid not in retrieved] + rest, rng.random()
+
+
+def _fill(
+    block: Sequence[str], distractors: Sequence[str], sizes: dict[str, int], budget: int
+) -> tuple[list[str], list[str]]:
+    """The block's passages that fit `budget` (tokens), then the distractors that fit after them."""
+    used = 0
+    kept: tuple[list[str], list[str]] = ([], [])
+    for part, pids in zip(kept, (block, distractors), strict=True):
+        for pid in pids:
+            if used + sizes[pid] <= budget:
+                part.append(pid)
+                used += sizes[pid]
+    return kept
 
 
 def plan_context(
@@ -102,45 +138,36 @@ def plan_context(
     seed: str,
     hard_negatives: Sequence[str] = (),
 ) -> ContextPlan:
-    """Retrieved passages and distractors whose token `sizes` sum to at most `budget`.
-
-    Distractors are the `hard_negatives` first (passages ranked just below the retrieved ones, from
-    the same source: they look relevant and are not), then the other passages in an order drawn from
-    `seed` (e.g. the question id), which also fixes the block's depth, identically for every budget.
-    """
-    rng = random.Random(seed)
-    rest = [pid for pid in sorted(sizes) if pid not in retrieved and pid not in hard_negatives]
-    rng.shuffle(rest)
-    distractors = [pid for pid in hard_negatives if pid not in retrieved] + rest
-    depth = rng.random()
-    used = 0
-    block: list[str] = []
-    for pid in retrieved:
-        if used + sizes[pid] <= budget:
-            block.append(pid)
-            used += sizes[pid]
-    filler: list[str] = []
-    for pid in distractors:
-        if used + sizes[pid] <= budget:
-            filler.append(pid)
-            used += sizes[pid]
+    """Retrieved passages and distractors (`distractor_order`) whose token `sizes` sum to at most
+    `budget`, the block after the drawn share of the distractors."""
+    distractors, depth = distractor_order(retrieved, sizes, seed, hard_negatives)
+    block, filler = _fill(retrieved, distractors, sizes, budget)
     at = round(depth * len(filler))
-    return ContextPlan(
-        tuple(filler[:at] + block + filler[at:]), tuple(block), at / len(filler) if filler else 0.0
-    )
+    return _planned(filler[:at] + block + filler[at:], block, sizes)
 
 
-def fit_plan(plan: ContextPlan, render: Callable[[Sequence[str]], int], limit: int) -> ContextPlan:
+def place_block(
+    block: Sequence[str], distractors: Sequence[str], sizes: dict[str, int], budget: int, depth: float
+) -> ContextPlan:
+    """`block` and `distractors` within `budget`, the block at the passage boundary whose share of
+    the distractor tokens before it is nearest `depth` (0 and 1 exactly: first and last)."""
+    kept, filler = _fill(block, distractors, sizes, budget)
+    total = sum(sizes[pid] for pid in filler)
+    before = [sum(sizes[pid] for pid in filler[:k]) for k in range(len(filler) + 1)]
+    at = min(range(len(filler) + 1), key=lambda k: (abs(before[k] - depth * total), k))
+    return _planned(filler[:at] + kept + filler[at:], kept, sizes)
+
+
+def fit_plan(
+    plan: ContextPlan, render: Callable[[Sequence[str]], int], limit: int, sizes: dict[str, int]
+) -> ContextPlan:
     """Drop distractors from the end until `render(ids)` (the prompt's exact token count) ≤ `limit`;
     per-passage sizes are summed beforehand, so this only corrects tokens merged across joins."""
     ids = list(plan.passage_ids)
     while render(ids) > limit:
-        droppable = [index for index, pid in enumerate(ids) if pid not in plan.retrieved]
+        droppable = [index for index, pid in enumerate(ids) if pid not in plan.block]
         if not droppable:
-            ids.pop()  # only retrieved passages left: drop the lowest-ranked one at the end
+            ids.pop()  # only the block is left: drop its lowest-ranked passage at the end
         else:
             ids.pop(droppable[-1])
-    retrieved = tuple(pid for pid in plan.retrieved if pid in ids)
-    before = next((index for index, pid in enumerate(ids) if pid in retrieved), 0)
-    others = len(ids) - len(retrieved)
-    return ContextPlan(tuple(ids), retrieved, before / others if others else 0.0)
+    return _planned(ids, plan.block, sizes)

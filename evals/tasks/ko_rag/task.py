@@ -1,18 +1,20 @@
 """ko_rag: Korean retrieval-augmented QA over real documents, with a context-length sweep.
 
 For each question: BM25 (evals/tasks/ko_rag/retrieval.py) retrieves the top-k passages of the whole pool;
-for each sweep length the context is those passages plus distractors up to the token budget, counted
-with the target model's tokenizer (BOS included, like lm-eval's hf model). A length is the whole
-request, prompt plus answer room: `1k` = 1,024 tokens holds a prompt of at most 1,024 − MAX_NEW_TOKENS.
-Lengths above the served max-model-len are skipped and recorded as skipped.
+for each sweep length the context is a block of passages plus distractors up to the token budget,
+counted with the target model's tokenizer (BOS included, like lm-eval's hf model). A length is the
+whole request, prompt plus answer room: `1k` = 1,024 tokens holds a prompt of at most 1,024 −
+MAX_NEW_TOKENS. Lengths above the served max-model-len are skipped and recorded as skipped. The block
+is what the condition says (`sweep.py`): the retrieved passages, the gold ones (oracle, depth grid),
+or no documents at all (closed-book).
 
-Each (question, length) becomes two scored items that share their context (so the server's prefix
-cache reads it once):
-- `ko_rag/<question>/<length>`: a generated short answer (greedy, ≤ MAX_NEW_TOKENS, stops at a newline),
-  scored by exact match / morpheme F1 / Hangul share (evals/scoring/generate.py); an unanswerable question
-  is right when the answer abstains with ABSTAIN, the string the instruction asks for;
-- `ko_rag_mc/<question>/<length>`: four choices (the gold answer, distractors of its kind that are
-  not also right, see choices.py, and ABSTAIN) scored by the log-probability of the letters, like KMMLU.
+Each row (question, condition, length: `rows.py`) becomes two scored items that share their context
+(so the server's prefix cache reads it once):
+- `ko_rag/<question>/<condition>/<length>`: a generated short answer (greedy, ≤ MAX_NEW_TOKENS, stops
+  at a newline), scored by exact match / morpheme F1 / Hangul share (evals/scoring/generate.py); an
+  unanswerable question is right when the answer abstains (abstention.py);
+- `ko_rag_mc/<question>/<condition>/<length>`: four choices (the gold answer, distractors of its kind
+  that are not also right, see choices.py, and ABSTAIN) scored by the log-probability of the letters.
 
 `prepare_ko_rag` writes the rows (`ko_rag.jsonl`) the lm-eval tasks in evals/tasks/ko_rag/ read and a
 manifest (`ko_rag.source.json`) into a cache folder keyed by every input, like `prompts.prepare_tasks`.
@@ -22,209 +24,37 @@ from __future__ import annotations
 
 import json
 import logging
-from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evals.tasks.ko_rag import docs as rag_docs
-from evals.tasks.ko_rag import questions as rag_questions
-from evals.tasks.ko_rag import retrieval as rag_retrieval
-from evals.tasks.ko_rag.choices import mc_choices
-from evals.tasks.ko_rag.context import (
-    ABSTAIN,
-    GEN_SUFFIX,
-    INSTRUCTION,
-    LETTERS,
-    MAX_NEW_TOKENS,
-    MC_SUFFIX,
-    Budgeter,
-    fit_context,
-    hf_budgeter,
-    render_context,
-)
-from evals.tasks.ko_rag.docs import Passage
-from evals.tasks.ko_rag.questions import Question
-from evals.tasks.prompts import PromptItem, stratified_sample
+from evals.tasks.ko_rag.context import LETTERS, hf_budgeter
+from evals.tasks.ko_rag.rows import build_rows
+from evals.tasks.ko_rag.source import load_source
+from evals.tasks.ko_rag.sweep import DEFAULT_CONDITIONS, MC_TASK, TASK
+from evals.tasks.prompts import PromptItem
 from kqe.core.errors import UserError
-from kqe.core.io import sha256_file, sha256_of, write_atomic
+from kqe.core.io import sha256_file, write_atomic
 from kqe.core.records import content_hash
 from kqe.core.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
-TASK = "ko_rag"
-MC_TASK = "ko_rag_mc"
-LENGTHS = {"1k": 1024, "2k": 2048, "4k": 4096, "16k": 16384}
-"""The sweep: label -> tokens of the whole request. Fixed, because the leaderboard has a column per label."""
-DATA_FORMAT = 2
-"""Bump when the rows, the prompt templates or the context rules (`context.py`) change: part
-of the cache key."""
+DATA_FORMAT = 3
+"""Bump when the rows, the prompt templates or the context rules (`context.py`, `rows.py`) change:
+part of the cache key."""
 ROWS_FILE = "ko_rag.jsonl"
 MANIFEST_FILE = "ko_rag.source.json"
 
 
 @dataclass(frozen=True)
-class RagSource:
-    """The passages and questions ko_rag is built from, and what identifies them."""
+class RagOptions:
+    """How a run asks for ko_rag: which conditions, and whether prompts are chat turns."""
 
-    passages: list[Passage]
-    questions: list[Question]
-    label: str
-    """What they are, e.g. `built-in: constitution, 10 bills, Debian FAQ (203 questions)`."""
-    identity: str
-    """Hash of the documents and questions (part of the cache key)."""
-
-
-def load_source(ws: Workspace, data_dir: Path | None = None) -> RagSource:
-    """The built-in documents and question set, or a user folder with docs.jsonl + questions.jsonl."""
-    if data_dir is None:
-        passages = rag_docs.builtin_passages(ws.sources())
-        questions_path = rag_questions.QUESTIONS_PATH
-        label = "built-in: constitution, 10 bills, Debian FAQ"
-    else:
-        passages = rag_docs.read_docs_jsonl(data_dir / "docs.jsonl")
-        questions_path = data_dir / "questions.jsonl"
-        label = f"user data {data_dir}"
-    questions = rag_questions.read_questions(questions_path, {p.id: p.text for p in passages})
-    documents = sha256_of(json.dumps([(p.id, p.title, p.text) for p in passages], ensure_ascii=False))
-    identity = content_hash({"documents": documents, "questions": sha256_file(questions_path)})
-    return RagSource(passages, questions, f"{label} ({len(questions)} questions)", identity)
-
-
-def sample_questions(questions: list[Question], limit: int | None, seed: int) -> list[Question]:
-    """`limit` questions spread over the types in proportion (all when limit is None or larger)."""
-    rows = [{"subject": q.type, "index": i} for i, q in enumerate(questions)]
-    return [questions[row["index"]] for row in stratified_sample(rows, limit, seed)]
-
-
-def cluster_of(question: Question) -> str:
-    """The item's subject, the cluster the paired bootstrap resamples: its first gold passage (questions
-    on one passage succeed or fail together), or `unanswerable/<id>` for a question without one."""
-    return question.gold_passages[0] if question.gold_passages else f"{question.type}/{question.id}"
-
-
-def question_rows(
-    question: Question,
-    retrieved: tuple[list[str], list[str]],
-    choices: tuple[list[str], int],
-    passages: dict[str, Passage],
-    sizes: dict[str, int],
-    budgeter: Budgeter,
-    lengths: dict[str, int],
-    seed: int,
-) -> list[dict[str, Any]]:
-    """One row per sweep length: the prompts, choices and the passages that went in (`retrieved`: the
-    top-k passages and the hard negatives)."""
-    gen_suffix = GEN_SUFFIX.format(question=question.question)
-    mc_suffix = MC_SUFFIX.format(*choices[0], question=question.question)
-    fixed = budgeter.need(INSTRUCTION, gen_suffix, mc_suffix)[0]
-    rows = []
-    for label, length in lengths.items():
-        if fixed > length:
-            raise UserError(
-                f"question {question.id} alone needs {fixed} tokens, more than the {label} context"
-            )
-        plan = rag_retrieval.plan_context(
-            retrieved[0], sizes, length - fixed, f"{seed}/{question.id}", retrieved[1]
-        )
-        plan, prompt_tokens = fit_context(plan, passages, budgeter, (gen_suffix, mc_suffix), length)
-        context = render_context([passages[pid] for pid in plan.passage_ids])
-        rows.append(
-            {
-                "item_id": f"{TASK}/{question.id}/{label}",
-                "mc_item_id": f"{MC_TASK}/{question.id}/{label}",
-                "question_id": question.id,
-                "type": question.type,
-                "subject": cluster_of(question),
-                "length": label,
-                "prompt": context + gen_suffix,
-                "mc_prompt": context + mc_suffix,
-                "choices": choices[0],
-                "mc_gold": choices[1],
-                "answers": list(question.answers),
-                "reference": question.answers[0] if question.answerable else ABSTAIN,
-                "answerable": question.answerable,
-                "gold_passages": list(question.gold_passages),
-                "retrieved": list(plan.retrieved),
-                "passage_ids": list(plan.passage_ids),
-                "depth": round(plan.depth, 4),
-                "gold_in_context": all(pid in plan.passage_ids for pid in question.gold_passages),
-                "prompt_tokens": prompt_tokens,
-            }
-        )
-    return rows
-
-
-def fitting_lengths(
-    max_model_len: int, lengths: dict[str, int] = LENGTHS
-) -> tuple[dict[str, int], dict[str, str]]:
-    """(scored, skipped): the lengths whose whole request fits max-model-len, and why the others do not."""
-    scored = {label: n for label, n in lengths.items() if n <= max_model_len}
-    skipped = {
-        label: f"over max-model-len {max_model_len}" for label, n in lengths.items() if n > max_model_len
-    }
-    return scored, skipped
-
-
-def build_rows(
-    source: RagSource,
-    budgeter: Budgeter,
-    max_model_len: int,
-    limit: int | None,
-    seed: int,
-    progress: Callable[[int, int], None] | None = None,
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Rows of every sampled question at every fitting length (length-major order), and a manifest."""
-    scored, skipped = fitting_lengths(max_model_len)
-    if not scored:
-        raise UserError(
-            f"max-model-len {max_model_len} holds none of the ko_rag lengths {', '.join(LENGTHS)}: "
-            "serve with a profile whose max_model_len is at least 1024"
-        )
-    questions = sample_questions(source.questions, limit, seed)
-    retriever = rag_retrieval.Retriever(source.passages)
-    by_id = {p.id: p for p in source.passages}
-    texts = {p.id: p.text for p in source.passages}
-    sizes = budgeter.sizes(source.passages)
-    per_question: list[list[dict[str, Any]]] = []
-    recalls = []
-    for done, question in enumerate(questions):
-        retrieved = retriever.search(question.question)
-        if question.answerable:
-            recalls.append(rag_retrieval.recall_at_k(retrieved, question.gold_passages))
-        choices = mc_choices(question, source.questions, texts, seed)
-        found = (retrieved, retriever.hard_negatives(question.question))
-        per_question.append(question_rows(question, found, choices, by_id, sizes, budgeter, scored, seed))
-        if progress:
-            progress(done + 1, len(questions))
-    rows = [row for label in scored for rows in per_question for row in rows if row["length"] == label]
-    manifest = {
-        "label": source.label,
-        "questions": len(questions),
-        "types": dict(Counter(q.type for q in questions)),
-        "lengths": scored,
-        "skipped": skipped,
-        "max_model_len": max_model_len,
-        "max_new_tokens": MAX_NEW_TOKENS,
-        "top_k": rag_retrieval.TOP_K,
-        "recall_at_k": round(sum(recalls) / len(recalls), 4) if recalls else None,
-        "gold_in_context": _gold_in_context(rows),
-    }
-    for label, reason in skipped.items():
-        log.warning("ko_rag: %s context skipped (%s)", label, reason)
-    return rows, manifest
-
-
-def _gold_in_context(rows: list[dict[str, Any]]) -> dict[str, float]:
-    """Length -> share of answerable rows whose prompt holds every gold passage (retrieval failure
-    apart from reading failure)."""
-    by_length: dict[str, list[bool]] = {}
-    for row in rows:
-        if row["answerable"]:
-            by_length.setdefault(row["length"], []).append(row["gold_in_context"])
-    return {label: round(sum(found) / len(found), 4) for label, found in by_length.items()}
+    conditions: tuple[str, ...] = DEFAULT_CONDITIONS
+    """Conditions scored (`sweep.CONDITIONS`)."""
+    chat_template: bool = False
+    """Each prompt wrapped as the user turn of the model's chat template (instruct checkpoints)."""
 
 
 def _tokenizer_identity(tokenizer_dir: Path) -> str:
@@ -241,24 +71,28 @@ def prepare_ko_rag(
     limit: int | None,
     seed: int,
     data_dir: Path | None = None,
+    options: RagOptions | None = None,
 ) -> Path:
     """Write `ko_rag.jsonl` and its manifest into `ws.cache/tasks/<key>/`; return that folder.
 
-    The key hashes the documents, questions, tokenizer, max-model-len, limit, seed and DATA_FORMAT, so
-    a re-run reuses the folder and any change gets a new one.
+    The key hashes the documents, questions, tokenizer, max-model-len, limit, seed, options and
+    DATA_FORMAT, so a re-run reuses the folder and any change gets a new one.
     """
+    options = options or RagOptions()
     source = load_source(ws, data_dir)
     key = content_hash(
         {
             "task": TASK, "format": DATA_FORMAT, "source": source.identity, "limit": limit, "seed": seed,
             "tokenizer": _tokenizer_identity(tokenizer_dir), "max_model_len": max_model_len,
+            "conditions": list(options.conditions), "chat_template": options.chat_template,
         }
     )  # fmt: skip
     out = ws.cache / "tasks" / key
     rows_path, manifest_path = out / ROWS_FILE, out / MANIFEST_FILE
     if rows_path.is_file() and manifest_path.is_file():
         return out
-    rows, manifest = build_rows(source, hf_budgeter(tokenizer_dir), max_model_len, limit, seed)
+    budgeter = hf_budgeter(tokenizer_dir, options.chat_template)
+    rows, manifest = build_rows(source, budgeter, max_model_len, limit, seed, options.conditions)
     write_atomic(manifest_path, json.dumps(manifest, ensure_ascii=False, indent=2) + "\n")
     write_atomic(rows_path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
     log.info("ko_rag: %d items (%s) -> %s", len(rows), ", ".join(manifest["lengths"]), rows_path)
@@ -317,13 +151,16 @@ def choice_items(rows: list[dict[str, Any]]) -> list[PromptItem]:
 
 @dataclass(frozen=True)
 class PreparedRag:
-    """ko_rag ready to score: both item kinds, and the lengths left out."""
+    """ko_rag ready to score: both item kinds, the lengths left out and the retrieval recall."""
 
     folder: Path
     generation: list[RagItem]
     choices: list[PromptItem]
     skipped: dict[str, str]
     """Length label -> why it is not scored."""
+    gold_in_context: dict[str, float]
+    """Length label -> share of the retrieved condition's answerable rows with every gold passage
+    in the prompt (`rows.gold_in_context`)."""
 
     def stage_items(self) -> dict[str, list[str]]:
         """Task -> `item_id:prompt sha` of each item: what a finished scoring stage is keyed by (the
@@ -343,9 +180,11 @@ def prepared(
     limit: int | None,
     seed: int,
     data_dir: Path | None = None,
+    options: RagOptions | None = None,
 ) -> PreparedRag:
     """`prepare_ko_rag`, then its items read back."""
-    folder = prepare_ko_rag(ws, tokenizer_dir, max_model_len, limit, seed, data_dir)
-    rows = read_rows(folder)
-    skipped: dict[str, str] = read_manifest(folder)["skipped"]
-    return PreparedRag(folder, generation_items(rows), choice_items(rows), skipped)
+    folder = prepare_ko_rag(ws, tokenizer_dir, max_model_len, limit, seed, data_dir, options)
+    rows, manifest = read_rows(folder), read_manifest(folder)
+    return PreparedRag(
+        folder, generation_items(rows), choice_items(rows), manifest["skipped"], manifest["gold_in_context"]
+    )

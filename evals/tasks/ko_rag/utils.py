@@ -7,7 +7,10 @@ Where the rows come from, first match wins:
   lm-eval passes the model arguments as metadata, so `pretrained` (or `tokenizer`) names the tokenizer
   that counts the context budget, and `max_length`, else the model config's context size, decides which
   lengths fit. Metadata `ko_rag_max_length` caps it, `ko_rag_data` points at a folder with your own
-  docs.jsonl + questions.jsonl, `ko_rag_limit` samples questions, `ko_rag_seed` seeds it (default 1234).
+  docs.jsonl + questions.jsonl, `ko_rag_limit` samples questions, `ko_rag_seed` seeds it (default 1234),
+  `ko_rag_conditions` names the conditions (`retrieved,oracle,depth,closed_book`; default
+  `retrieved,oracle,closed_book`), `ko_rag_chat_template: true` wraps each prompt in the model's chat
+  template (instruct checkpoints).
   The built-in documents need the offline sources: run `make setup` first.
 """
 
@@ -40,12 +43,25 @@ def _model_max_length(pretrained: str, options: dict[str, Any]) -> int:
 
 
 @functools.cache
-def _prepared(tokenizer: str, max_length: int, data: str | None, limit: int | None, seed: int) -> str:
+def _prepared(
+    tokenizer: str, max_length: int, data: str | None, limit: int | None, seed: int, options: Any
+) -> str:
     from evals.tasks.ko_rag.task import prepare_ko_rag
     from kqe.core.workspace import Workspace
 
     where = Path(data) if data else None
-    return str(prepare_ko_rag(Workspace.from_env(), Path(tokenizer), max_length, limit, seed, where))
+    return str(prepare_ko_rag(Workspace.from_env(), Path(tokenizer), max_length, limit, seed, where, options))
+
+
+def _rag_options(options: dict[str, Any]) -> Any:
+    """The metadata's `ko_rag_conditions` and `ko_rag_chat_template` as task options."""
+    from evals.tasks.ko_rag.sweep import DEFAULT_CONDITIONS, parse_conditions
+    from evals.tasks.ko_rag.task import RagOptions
+
+    named = options.get("ko_rag_conditions")
+    conditions = parse_conditions(str(named), "ko_rag_conditions") if named else DEFAULT_CONDITIONS
+    chat = str(options.get("ko_rag_chat_template", "")).lower() in ("1", "true", "yes")
+    return RagOptions(conditions, chat)
 
 
 def data_folder(options: dict[str, Any]) -> Path:
@@ -64,7 +80,8 @@ def data_folder(options: dict[str, Any]) -> Path:
         max_length = min(max_length, int(options["ko_rag_max_length"]))
     limit = int(options["ko_rag_limit"]) if options.get("ko_rag_limit") else None
     seed = int(options.get("ko_rag_seed", 1234))
-    return Path(_prepared(str(tokenizer), max_length, options.get("ko_rag_data"), limit, seed))
+    rag = _rag_options(options)
+    return Path(_prepared(str(tokenizer), max_length, options.get("ko_rag_data"), limit, seed, rag))
 
 
 def load_ko_rag(**options: Any) -> datasets.DatasetDict:
