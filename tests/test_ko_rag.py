@@ -60,9 +60,9 @@ def builtin() -> rag_task.RagSource:
 
 def test_shipped_question_set_is_valid_and_covers_every_type(builtin: rag_task.RagSource) -> None:
     types = Counter(question.type for question in builtin.questions)
-    assert len(builtin.questions) >= 150
-    assert types["factual"] >= 40 and types["numeric"] >= 30 and types["multi"] >= 20
-    assert types["unanswerable"] >= 20
+    assert len(builtin.questions) - types["unanswerable"] >= 400  # issue 18: at least 400 answerable
+    assert types["factual"] >= 250 and types["numeric"] >= 100 and types["multi"] >= 25
+    assert types["unanswerable"] >= 0.15 * len(builtin.questions)  # ~20% abstention items
     texts = {passage.id: passage.text for passage in builtin.passages}
     for question in builtin.questions:  # the validator's own rule, stated once more from outside
         assert all(any(a in texts[p] for p in question.gold_passages) for a in question.answers), question.id
@@ -195,7 +195,7 @@ def test_retriever_finds_the_gold_passage_for_most_questions(builtin: rag_task.R
             found = retriever.search(question.question, 4)
             recall.setdefault(question.type, []).append(recall_at_k(found, question.gold_passages))
     mean = {kind: float(np.mean(values)) for kind, values in recall.items()}
-    # measured: factual 0.978, numeric 0.986, multi 0.667 (share of gold passages in the top 4)
+    # measured, 517 items: factual 0.991, numeric 0.990, multi 0.673 (share of gold passages in the top 4)
     assert mean["factual"] >= 0.9 and mean["numeric"] >= 0.9 and mean["multi"] >= 0.6, mean
 
 
