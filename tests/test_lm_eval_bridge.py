@@ -110,7 +110,8 @@ def test_kqe_tasks_lists_registry_lm_eval_and_user_tasks(user_tasks: Path, tmp_p
     )
     stock = listed["lm-eval:kobest_copa"]
     assert (stock["source"], stock["licence"]) == ("lm-eval", "CC-BY-SA-4.0")
-    assert stock["availability"] == "online: skt/kobest_v1 (copa)"
+    # lm-eval reads the hub's main branch, not the revision the dataset registry would pin (none confirmed)
+    assert stock["availability"] == "online: skt/kobest_v1 (lm-eval reads main; revision None: unconfirmed)"
     assert listed["lm-eval:haerae"]["subjects"] == 5
     assert "lm-eval:kormedmcqa" not in listed  # generate_until: not scorable here
 

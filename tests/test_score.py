@@ -45,6 +45,12 @@ class Crash(Exception):
     """Stands for a crash of the scoring process."""
 
 
+FIRST = ("kmmlu_hard", "mmlu", "ko_faq", "faq_chapter_ko", "faq_chapter_en")
+COMPARED = (*FIRST, "kmmlu_5shot", "mmlu_5shot", "kmmlu")
+"""The registry tasks whose real data (or a copy of its hub files) the fixture prepares; the hub pairs
+(mmmlu_ko/mmlu_en, belebele_*) load from small hub-layout copies in test_hub_datasets.py."""
+
+
 @pytest.fixture(scope="module")
 def task_data(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> tuple[Workspace, Path]:
     """One folder with every task's prepared items: offline KMMLU-HARD and MMLU 0-shot and k-shot, ko_faq
@@ -58,8 +64,7 @@ def task_data(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) ->
     merged.mkdir()
     copy = write_kmmlu_copy(base / "kmmlu-copy")
     with pytest.MonkeyPatch.context() as patch:
-        first = ["kmmlu_hard", "mmlu", "ko_faq", "faq_chapter_ko", "faq_chapter_en"]
-        for tasks in (first, ["kmmlu_5shot", "mmlu_5shot"], ["kmmlu"]):
+        for tasks in (list(FIRST), ["kmmlu_5shot", "mmlu_5shot"], ["kmmlu"]):
             if tasks == ["kmmlu"]:
                 patch.setenv("KQE_KMMLU_DIR", str(copy))
             prepared = prepare_tasks(ws, tasks, ITEMS_PER_TASK, seed=0)
@@ -84,7 +89,7 @@ def _keep_items_that_fit(path: Path, tokenizer_dir: Path) -> None:
 
 @pytest.fixture(scope="module")
 def prompts(task_data: tuple[Workspace, Path]) -> dict[str, list[PromptItem]]:
-    return {task: load_prompts(task, task_data[1]) for task in LM_EVAL_TASKS}
+    return {task: load_prompts(task, task_data[1]) for task in COMPARED}
 
 
 def test_tokenization_equals_lm_eval_hf(tiny_model_dir: Path, prompts: dict[str, list[PromptItem]]) -> None:
@@ -205,14 +210,15 @@ def test_scorer_matches_lm_eval_hf_item_by_item(
     reference = lm_eval.simple_evaluate(
         model="hf",
         model_args=f"pretrained={tiny_model_dir},dtype=float32",
-        tasks=list(LM_EVAL_TASKS.values()),
+        tasks=[LM_EVAL_TASKS[task] for task in COMPARED],
         task_manager=manager,
         log_samples=True,
         batch_size=8,
         device="cpu",
     )
     assert reference is not None
-    for task, lm_task in LM_EVAL_TASKS.items():
+    for task in COMPARED:
+        lm_task = LM_EVAL_TASKS[task]
         run = _score(server, prompts[task], tiny_model_dir, task_data[0].root / f"{task}.jsonl")
         ours = {r.item_id: r for r in read_jsonl(Path(run.items_path), ItemResult)}
         samples = reference["samples"][lm_task]
