@@ -184,7 +184,9 @@ def test_ctrl_c_on_the_driver_leaves_no_ray_task_and_no_vllm_server(
     run.wait_for("8 bf16 items", lambda: any(len(i) >= 8 for i in chain_items(chain, "bf16")), timeout_s=600)
     assert any("vllm" in line for line in chain.processes())
     os.killpg(process.pid, signal.SIGINT)
-    assert process.wait(timeout=120) == 130, run.text()
+    # stopping Ray's workers and the vLLM server they started took over 120 s with the other test worker
+    # busy (load average 7 on 2 cores); the test is about what is left, not how fast
+    assert process.wait(timeout=300) == 130, run.text()
     assert "interrupted; finished results are kept" in run.text()
     chain.assert_nothing_left()  # no Ray worker, raylet or vLLM server started with this KQE_HOME
 
