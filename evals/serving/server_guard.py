@@ -38,12 +38,23 @@ def others_in_group() -> list[int]:
     return found
 
 
-def take_down(child: subprocess.Popen[bytes]) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the group's SIGTERM below reaches this process too
+class Stop(Exception):
+    """Raised by the signal handler, so that the main thread leaves `child.wait()` before taking the
+    server down: a wait inside the handler could not reap the child while the interrupted wait holds
+    Popen's wait lock, and would sit out GRACE_S beside a child that had long exited."""
+
+
+def stop(signum: int, frame: FrameType | None) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the group's SIGTERM in take_down reaches this process too
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    child.send_signal(signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        child.wait(timeout=GRACE_S)
+    raise Stop
+
+
+def take_down(child: subprocess.Popen[bytes] | None) -> None:
+    if child is not None:  # None: the signal came while it was being started
+        child.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=GRACE_S)
     os.killpg(0, signal.SIGTERM)
     deadline = time.monotonic() + 5
     while others_in_group() and time.monotonic() < deadline:
@@ -52,14 +63,15 @@ def take_down(child: subprocess.Popen[bytes]) -> None:
 
 
 def main() -> int:
-    child = subprocess.Popen(sys.argv[1:])
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        take_down(child)
-
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    return child.wait()
+    child = None
+    try:
+        child = subprocess.Popen(sys.argv[1:])
+        return child.wait()
+    except Stop:
+        take_down(child)
+        return 143  # as a shell reports SIGTERM, where the group's SIGKILL could not end this process
 
 
 if __name__ == "__main__":
