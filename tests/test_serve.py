@@ -19,10 +19,19 @@ import pytest
 from evals.serving.cpu import CpuKernels
 from evals.serving.hardware import Device, for_device
 from evals.serving.processes import group_members, kill_stale_server
-from evals.serving.serve import ServeError, VllmServer, load_profile, local_profile, profile_names
-from evals.serving.serve_command import engine_env, vllm_command
+from evals.serving.serve import (
+    SERVER_GUARD,
+    ServeError,
+    VllmServer,
+    load_profile,
+    local_profile,
+    profile_names,
+)
+from evals.serving.serve_command import engine_env, server_environment, vllm_command
+from evals.serving.server_guard import GRACE_S
 from evals.serving.vllm_log import telling_line
 from kqe.core.errors import UserError
+from kqe.core.records import content_hash
 from kqe.core.workspace import Workspace
 from tests.conftest import REPO, needs_serve_env
 
@@ -127,6 +136,21 @@ def test_server_listens_on_loopback_with_a_fresh_key_and_trusts_no_code_unless_a
         trusting = vllm_command(VLLM_BIN, Path("/m"), "m", profile, 1, on_gpu, trust_remote_code=True)
         assert "--trust-remote-code" in trusting
     assert VllmServer(Path("/m"), "m", profile, workspace, Path("/l.log")).trust_remote_code is False
+
+
+def test_the_worker_runs_in_the_engine_process_only_where_the_profile_says(workspace: Workspace) -> None:
+    variable = "VLLM_ENABLE_V1_MULTIPROCESSING"
+    inherited = {variable: "0", "PATH": "/bin"}  # an inherited value never decides it
+    small = for_device(load_profile("cpu-small"), Device("cpu", cpu_kernels=CpuKernels("_C", w4a16=True)))
+    assert not small.cpu_worker_in_engine and CPU_CI.cpu_worker_in_engine
+    assert variable not in server_environment(inherited, small, workspace, False, "k")
+    assert server_environment(inherited, CPU_CI, workspace, False, "k")[variable] == "0"
+    gpu = load_profile("h100-80g").model_copy(update={"cpu_worker_in_engine": True})
+    assert variable not in engine_env(gpu, workspace, on_gpu=True, api_key="k")
+    # the setting keys only the profiles that set it: scores made under the others stay reusable
+    before = small.model_dump(exclude={"version", "cpu_offload_gib", "cpu_worker_in_engine"})
+    assert small.key == content_hash(before)
+    assert small.model_copy(update={"cpu_worker_in_engine": True}).key != small.key
 
 
 def test_gpu_command_uses_memory_utilization(workspace: Workspace) -> None:
@@ -403,3 +427,43 @@ def test_startup_seconds_reads_the_log_from_first_stamp_to_serving() -> None:
     assert startup_seconds(log) == 113.0
     assert startup_seconds(log.rsplit("(APIServer", 1)[0]) is None  # it never got to serving
     assert startup_seconds("no stamps at all") is None
+
+
+# --- the server guard --------------------------------------------------------------------------------
+
+STUBBORN = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "print('up', flush=True); time.sleep(600)"
+)
+"""A child that ignores SIGTERM, as an engine process stuck in a kernel would."""
+PROMPT = "import time; print('up', flush=True); time.sleep(600)"
+"""A child that ends at once on SIGTERM, as vLLM's API server does."""
+
+
+def start_guard(child_code: str) -> subprocess.Popen[str]:
+    guard = subprocess.Popen(
+        [sys.executable, "-I", "-S", str(SERVER_GUARD), sys.executable, "-c", child_code],
+        stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    assert guard.stdout is not None and guard.stdout.readline() == "up\n"
+    return guard
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_the_guard_ends_with_a_child_that_ends_and_takes_its_group_down(sig: signal.Signals) -> None:
+    guard = start_guard(PROMPT)
+    started = time.monotonic()
+    guard.send_signal(sig)
+    guard.wait(timeout=GRACE_S + 10)
+    # it waits for the child, not out the grace period (it once did: 20 s per server stop)
+    assert time.monotonic() - started < GRACE_S / 4
+    assert wait_until_gone(guard.pid, 5) == []
+
+
+def test_the_guard_kills_a_child_that_ignores_sigterm_after_the_grace_period() -> None:
+    guard = start_guard(STUBBORN)
+    started = time.monotonic()
+    guard.send_signal(signal.SIGTERM)
+    guard.wait(timeout=GRACE_S + 30)
+    assert time.monotonic() - started >= GRACE_S
+    assert wait_until_gone(guard.pid, 5) == []

@@ -74,7 +74,13 @@ def vllm_command(
 
 
 # Inherited variables that would silently override the profile or the key.
-_DROPPED_ENV = ("VLLM_CPU_KVCACHE_SPACE", "VLLM_API_KEY", "VLLM_HOST_IP", "VLLM_PORT")
+_DROPPED_ENV = (
+    "VLLM_CPU_KVCACHE_SPACE",
+    "VLLM_API_KEY",
+    "VLLM_HOST_IP",
+    "VLLM_PORT",
+    "VLLM_ENABLE_V1_MULTIPROCESSING",
+)
 
 
 def engine_env(profile: ServeProfile, ws: Workspace, on_gpu: bool, api_key: str) -> dict[str, str]:
@@ -93,6 +99,8 @@ def engine_env(profile: ServeProfile, ws: Workspace, on_gpu: bool, api_key: str)
         # AMX state asked for up front, every core computing on 1–2 cores; under KQE_CPU_ISA the engine
         # behaves as on that CPU kind
         env |= cpu.cpu_engine_env(os.environ.get("PYTHONPATH"), cpu.cpu_kernels(ws.serve_venv))
+        if profile.cpu_worker_in_engine:
+            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     return env
 
 

@@ -246,12 +246,17 @@ class ServeProfile(Record):
     cpu_offload_gib: float = 0.0
     """`--cpu-offload-gb` on GPU builds: weights kept in CPU memory per GPU, streamed in each forward
     (a scoring fallback for a checkpoint too big for the GPU; slow, numerics unchanged)."""
+    cpu_worker_in_engine: bool = False
+    """CPU builds: vLLM's model worker runs inside its engine process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`,
+    the uni-process executor) instead of a process of its own: one Python start less per server, the
+    same kernels and threads."""
 
     @property
     def key(self) -> str:
         """Hash of the serving settings alone: a new record format does not re-serve old results, and
-        a profile without offload keys as it did before the offload setting existed."""
+        a profile without offload or in-engine worker keys as it did before those settings existed."""
         unset = {"cpu_offload_gib"} if self.cpu_offload_gib == 0 else set()
+        unset |= set() if self.cpu_worker_in_engine else {"cpu_worker_in_engine"}
         return content_hash(self.model_dump(mode="json", exclude={"version"} | unset))
 
 
