@@ -163,6 +163,7 @@ def test_ctrl_c_on_the_driver_leaves_no_ray_task_and_no_vllm_server(
     ws = new_workspace(tmp_path)
     env = {**os.environ, "KQE_HOME": str(ws.cache), "KQE_SERVE_VENV": str(ws.serve_venv), "COLUMNS": "200"}
     env |= {"KQE_PAUSE_AT": "scored bf16 kmmlu_hard 8", "KQE_PAUSE_S": "300"}
+    env["PYTHONFAULTHANDLER"] = "1"  # a driver that hangs is sent SIGABRT below: its stacks say where
     command = [sys.executable, "-m", "kqe.cli", "eval", "--model", str(tiny_model_dir), "--executor", "ray"]
     command += [
         "--schemes",
@@ -186,7 +187,13 @@ def test_ctrl_c_on_the_driver_leaves_no_ray_task_and_no_vllm_server(
     os.killpg(process.pid, signal.SIGINT)
     # stopping Ray's workers and the vLLM server they started took over 120 s with the other test worker
     # busy (load average 7 on 2 cores); the test is about what is left, not how fast
-    assert process.wait(timeout=300) == 130, run.text()
+    try:
+        process.wait(timeout=300)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)
+        process.wait(timeout=30)
+        raise AssertionError(f"the driver did not stop within 300 s of Ctrl-C:\n{run.text()}") from None
+    assert process.returncode == 130, run.text()
     assert "interrupted; finished results are kept" in run.text()
     chain.assert_nothing_left()  # no Ray worker, raylet or vLLM server started with this KQE_HOME
 
