@@ -12,12 +12,10 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.special import logsumexp
-from scipy.stats import binom, norm
-from scipy.stats import t as t_dist
 
 from evals.statistics.multiplicity import ADJUSTMENTS, holm
 from evals.statistics.pairing import PairedItems, Scored, pair_items, read_items
@@ -28,9 +26,12 @@ from kqe.core.results import Comparison
 BOOTSTRAP_RESAMPLES = 10_000
 SEED = 20261129
 ALPHA = 0.05
+"""Two-sided level of the McNemar test and of the 95% CIs."""
+Z_CI = NormalDist().inv_cdf(1 - ALPHA / 2)
+"""The normal quantile of the 95% CIs, 1.96 (from the standard library: scipy.stats is imported where
+the binomial and t distributions are needed, not by every `kqe` command that reads a leaderboard)."""
 UNPAIRED = "unpaired (different items)"
 """`ko_en_gap_pairing` of two tasks on different items (evals/statistics/parallel.py: matched items)."""
-"""Two-sided level of the McNemar test and of the 95% CIs."""
 POWER = 0.80
 """Power the minimum detectable effect is computed for."""
 DEFAULT_MARGIN = 0.01
@@ -46,6 +47,8 @@ def mcnemar_p(flips_c2w: ArrayLike, flips_w2c: ArrayLike, mid: bool = False) -> 
     The mid-p variant subtracts the probability of the observed split itself, which brings the
     test's size close to nominal instead of below it (Fagerland, Lydersen & Laake 2013).
     """
+    from scipy.stats import binom
+
     b, c = np.asarray(flips_c2w), np.asarray(flips_w2c)
     discordant, smaller = b + c, np.minimum(b, c)
     p = 2 * binom.cdf(smaller, discordant, 0.5)
@@ -67,7 +70,7 @@ def minimum_detectable_effect(
     """
     if n <= 0:
         return 1.0
-    z_a, z_b = norm.ppf(1 - alpha / 2), norm.ppf(power)
+    z_a, z_b = NormalDist().inv_cdf(1 - alpha / 2), NormalDist().inv_cdf(power)
     spread = max(n + z_b**2 - z_a**2, 0.0)
     observed = (z_a * np.sqrt(discordance * n) + z_b * np.sqrt(discordance * spread)) / (n + z_b**2)
     all_flips = ((z_a * np.sqrt(n) + z_b * np.sqrt(spread)) / (n + z_b**2)) ** 2
@@ -87,11 +90,11 @@ def cluster_sums(totals: np.ndarray, resamples: int, rng: np.random.Generator) -
 
 def small_sample_stretch(units: int) -> float:
     """Small-sample factor for a bootstrap over `units` resampled units: √(K/(K−1)) · t(K−1) / z."""
+    from scipy.stats import t
+
     if units < 2:
         return 1.0
-    return float(
-        np.sqrt(units / (units - 1)) * t_dist.ppf(1 - ALPHA / 2, units - 1) / norm.ppf(1 - ALPHA / 2)
-    )
+    return float(np.sqrt(units / (units - 1)) * t.ppf(1 - ALPHA / 2, units - 1) / Z_CI)
 
 
 CLUSTER_BOOTSTRAP = "cluster bootstrap"
@@ -182,13 +185,15 @@ def symmetric_ci(replicates: np.ndarray, estimate: float, widen: float = 0.0) ->
     Symmetric on purpose: per-subject losses are skewed (a few subjects lose much), and a percentile
     interval then leans the way the sample leans, the wrong way; with few subjects that cost up to
     3 points of coverage in bench/stats_bench.py's grid, the symmetric one kept it."""
-    half = norm.ppf(1 - ALPHA / 2) * float(np.std(replicates))
+    half = Z_CI * float(np.std(replicates))
     return estimate - half - widen, estimate + half + widen
 
 
 def choice_agreement(base_lp: np.ndarray, cand_lp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per item: KL(base ‖ candidate) of the choice distributions (nats), and 1.0 where both put their
     highest log-prob on the same choice; log-probs are renormalised over the choices first."""
+    from scipy.special import logsumexp
+
     base_norm = base_lp - logsumexp(base_lp, axis=1, keepdims=True)
     cand_norm = cand_lp - logsumexp(cand_lp, axis=1, keepdims=True)
     p = np.exp(base_norm)
@@ -210,7 +215,7 @@ def mean_ci(
     n = len(values)
     with np.errstate(over="ignore", invalid="ignore"):  # a KL near inf (a choice ruled out) stays so
         mean = float(np.mean(values))
-        half = norm.ppf(1 - ALPHA / 2) * float(np.std(values, ddof=1)) / np.sqrt(n) if n > 1 else 0.0
+        half = Z_CI * float(np.std(values, ddof=1)) / np.sqrt(n) if n > 1 else 0.0
         low, high = mean - half, mean + half
     if replicates.method != CLUSTER_BOOTSTRAP:
         return low, high
