@@ -190,12 +190,32 @@ def test_ctrl_c_on_the_driver_leaves_no_ray_task_and_no_vllm_server(
     try:
         process.wait(timeout=300)
     except subprocess.TimeoutExpired:
+        state = sigint_state(process.pid)
         process.send_signal(signal.SIGABRT)
         process.wait(timeout=30)
-        raise AssertionError(f"the driver did not stop within 300 s of Ctrl-C:\n{run.text()}") from None
+        raise AssertionError(
+            f"the driver did not stop within 300 s of Ctrl-C ({state}):\n{run.text()}"
+        ) from None
     assert process.returncode == 130, run.text()
     assert "interrupted; finished results are kept" in run.text()
     chain.assert_nothing_left()  # no Ray worker, raylet or vLLM server started with this KQE_HOME
+
+
+def sigint_state(pid: int) -> str:
+    """How a hung driver holds SIGINT: caught, ignored or pending, per /proc, and which threads block it."""
+    fields = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    has = {
+        name: bool(int(fields[name], 16) & 1 << (signal.SIGINT - 1))
+        for name in ("SigCgt", "SigIgn", "ShdPnd")
+    }
+    blocking = [
+        (task / "comm").read_text().strip()
+        for task in Path(f"/proc/{pid}/task").iterdir()
+        if "SigBlk" in (status := (task / "status").read_text())
+        and int(status.split("SigBlk:\t")[1].split()[0], 16) & 1 << (signal.SIGINT - 1)
+    ]
+    held = ", ".join(f"{name} {value}" for name, value in has.items())
+    return f"SIGINT in {held}; blocked by threads {blocking}"
 
 
 def chain_items(chain: Chain, checkpoint: str) -> list[bytes]:
