@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,7 +18,6 @@ from kqe.pipeline.ray_executor import (
     GPU_RESOURCE,
     RayExecutor,
     check_reachable,
-    ctrl_c_flag,
     import_ray,
     run_checkpoint_task,
     unmet_by,
@@ -93,14 +89,3 @@ def test_a_node_that_does_not_see_the_workspace_says_so(tmp_path: Path) -> None:
     entry = MatrixEntry("bf16", "bf16", None)
     with pytest.raises(UserError, match=r"does not see this run's workspace .* put KQE_HOME on storage"):
         run_checkpoint_task(matrix, entry, 1.0, tmp_path / ".ray-probe-0123")  # type: ignore[arg-type]
-
-
-def test_ctrl_c_while_the_driver_waits_sets_its_flag_and_the_handler_comes_back() -> None:
-    before = signal.getsignal(signal.SIGINT)
-    with ctrl_c_flag() as interrupted:
-        os.kill(os.getpid(), signal.SIGINT)  # no KeyboardInterrupt here: the driver's loop raises it
-        deadline = time.monotonic() + 5
-        while not interrupted.is_set() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert interrupted.is_set()
-    assert signal.getsignal(signal.SIGINT) is before

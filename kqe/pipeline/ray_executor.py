@@ -13,11 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import signal
 import socket
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -130,23 +126,13 @@ class RayExecutor:
         outcomes: dict[str, CheckpointOutcome],
     ) -> None:  # fmt: skip
         pending = list(running)
-        with ctrl_c_flag() as interrupted:
-            while pending:
-                done, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
-                if interrupted.is_set():
-                    raise KeyboardInterrupt
-                self._take(ray, done, running, board, matrix, outcomes)
-
-    def _take(
-        self, ray: Any, done: list[Any], running: dict[Any, MatrixEntry], board: Any, matrix: RunMatrix,
-        outcomes: dict[str, CheckpointOutcome],
-    ) -> None:  # fmt: skip
-        """Relay the tasks' progress to the driver's bars; keep the outcome of each task in `done`."""
-        for update in ray.get(board.drain.remote()):
-            matrix.progress(*update)
-        for ref in done:
-            entry = running[ref]
-            outcomes[entry.name] = self._result(ray, ref, matrix, entry)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
+            for update in ray.get(board.drain.remote()):
+                matrix.progress(*update)
+            for ref in done:
+                entry = running[ref]
+                outcomes[entry.name] = self._result(ray, ref, matrix, entry)
 
     def _result(self, ray: Any, ref: Any, matrix: RunMatrix, entry: MatrixEntry) -> CheckpointOutcome:
         try:
@@ -158,22 +144,6 @@ class RayExecutor:
             why = f"its Ray task died {tries} times ({type(exc).__name__}); finished items are kept"
             log.error("%s: %s", entry.name, why)
             return checkpoint_outcome(matrix, entry, f"failed: {why}, re-run to resume")
-
-
-@contextmanager
-def ctrl_c_flag() -> Iterator[threading.Event]:
-    """While the driver waits on its tasks, Ctrl-C sets an event that its loop checks rather than raising
-    wherever the main thread is: raised there it was now and then lost (the driver ran on for 300 s in
-    some full `make test` runs, never when its test ran alone). Outside the main thread: never set."""
-    interrupted = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield interrupted
-        return
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.set())
-    try:
-        yield interrupted
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def run_checkpoint_task(
