@@ -16,7 +16,11 @@ from evals.reporting.leaderboard import (
     write_aggregate,
     write_leaderboard,
 )
-from evals.reporting.leaderboard_row import LEADERBOARD_SCHEMA_VERSION, READABLE_SCHEMA_VERSIONS
+from evals.reporting.leaderboard_row import (
+    LEADERBOARD_SCHEMA_VERSION,
+    READABLE_SCHEMA_VERSIONS,
+    LeaderboardRow,
+)
 from evals.reporting.outcome import CheckpointOutcome, RowFindings
 from evals.reporting.rag_columns import RAG_COLUMNS
 from evals.serving.serve import load_profile
@@ -34,19 +38,22 @@ def checkpoint(name: str = "awq-w4a16") -> Checkpoint:
     )  # fmt: skip
 
 
-def sample_row(command: str = "kqe eval --model tiny"):
-    run = ScoreRun(
-        checkpoint="awq-w4a16", task="mmlu", n_items=10, accuracy=0.4, items_per_s=12.5,
-        items_path="/x.jsonl", profile_key="p",
-    )  # fmt: skip
-    comparison = Comparison(
-        task="mmlu", base="bf16", candidate="awq-w4a16", n=10, acc_base=0.5, acc_cand=0.4, delta=-0.1,
-        ci_low=-0.3, ci_high=0.1, mcnemar_p=0.62, mcnemar_midp=0.5, p_holm=0.62, flips_c2w=2, flips_w2c=1,
-        flip_rate=0.3, mean_kl=0.01, top_agreement=0.9, recovery=0.8, recovery_ci_low=0.5,
-        recovery_ci_high=1.2, margin=0.01, noninf_p=0.7, mde=0.2,
-        verdict="inconclusive — n too small (MDE 20.0 points)",
-        bootstrap_resamples=100, seed=1,
-    )  # fmt: skip
+_SAMPLE_RUN = ScoreRun(
+    checkpoint="awq-w4a16", task="mmlu", n_items=10, accuracy=0.4, items_per_s=12.5,
+    items_path="/x.jsonl", profile_key="p",
+)  # fmt: skip
+_SAMPLE_COMPARISON = Comparison(
+    task="mmlu", base="bf16", candidate="awq-w4a16", n=10, acc_base=0.5, acc_cand=0.4, delta=-0.1,
+    ci_low=-0.3, ci_high=0.1, mcnemar_p=0.62, mcnemar_midp=0.5, p_holm=0.62, flips_c2w=2, flips_w2c=1,
+    flip_rate=0.3, mean_kl=0.01, top_agreement=0.9, recovery=0.8, recovery_ci_low=0.5,
+    recovery_ci_high=1.2, margin=0.01, noninf_p=0.7, mde=0.2,
+    verdict="inconclusive — n too small (MDE 20.0 points)",
+    bootstrap_resamples=100, seed=1,
+)  # fmt: skip
+
+
+def sample_row(command: str = "kqe eval --model tiny") -> LeaderboardRow:
+    run, comparison = _SAMPLE_RUN, _SAMPLE_COMPARISON
     memory = MemoryReport(
         source="vllm-log", device="cpu", weights_gib=0.1, kv_cache_gib=1.0, kv_cache_tokens=5000,
         max_concurrency=2.4, max_model_len=2048,
@@ -56,6 +63,24 @@ def sample_row(command: str = "kqe eval --model tiny"):
     return build_row(
         outcome, RowFindings(load_profile("cpu-ci"), command, memory=memory, vs_base=comparisons)
     )
+
+
+def test_a_quantized_row_scoring_ko_rag_builds_with_the_other_tasks_cells() -> None:
+    """ko_rag and ko_rag_mc are compared with the base like every task (run.json keeps those), but
+    their leaderboard cells come from the ko_rag module, not the shared `<prefix>_*` columns."""
+    plain = sample_row()
+    outcome, findings = _rag_outcome(plain)
+    row = build_row(outcome, findings)
+    assert row.mmlu_delta == plain.mmlu_delta == pytest.approx(-0.1)
+    assert row.mmlu_acc == plain.mmlu_acc and row.kmmlu_acc is None
+
+
+def _rag_outcome(plain: LeaderboardRow) -> tuple[CheckpointOutcome, RowFindings]:
+    """sample_row's checkpoint with ko_rag and ko_rag_mc scored and compared beside mmlu."""
+    runs = {task: _SAMPLE_RUN.model_copy(update={"task": task}) for task in ("mmlu", "ko_rag", "ko_rag_mc")}
+    vs_base = {task: _SAMPLE_COMPARISON.model_copy(update={"task": task}) for task in runs}
+    outcome = CheckpointOutcome("tiny", "awq-w4a16", "awq-w4a16", "ko70", "ok", checkpoint(), runs=runs)
+    return outcome, RowFindings(load_profile("cpu-ci"), plain.command, vs_base=vs_base)
 
 
 def test_round_trip_keeps_values(tmp_path: Path) -> None:

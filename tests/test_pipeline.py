@@ -171,6 +171,41 @@ def test_eval_builds_serves_scores_ranks_and_resumes(
 
 @pytest.mark.slow
 @needs_serve_env
+def test_ko_rag_beside_a_quantized_checkpoint_gets_paired_deltas_in_its_row(
+    matrix_run: MatrixRun, tmp_path: Path
+) -> None:
+    """ko_rag (generation and its multiple-choice twin) scored on the matrix's base and RTN checkpoints:
+    the RTN row carries ΔF1 with its passage-clustered CI per length, run.json every comparison."""
+    from tests.test_ko_rag import (  # not at the top: test_ko_rag imports this file
+        DOCS,
+        QUESTIONS,
+        write_jsonl,
+    )
+
+    write_jsonl(tmp_path / "rag" / "docs.jsonl", DOCS)
+    write_jsonl(tmp_path / "rag" / "questions.jsonl", QUESTIONS)
+    cfg = matrix_run.cfg.model_copy(update={
+        "schemes": ("bf16", "w4a16-rtn"), "tasks": ("kmmlu", "ko_rag"), "run": "rag",
+        "rag_data": str(tmp_path / "rag"), "rag_conditions": ("retrieved", "closed_book"),
+    })  # fmt: skip
+    board = run_eval(cfg, matrix_run.ws, lambda what, done, total: None)
+    base, rtn = read_leaderboard(board)
+    assert base.ko_rag_f1_1k is not None and base.ko_rag_f1_delta_1k is None  # the base is not compared
+    for length in ("1k", "2k"):  # the tiny model's 2,048 positions hold these two
+        delta, low, high = (
+            getattr(rtn, f"ko_rag_f1_{part}{length}") for part in ("delta_", "ci_low_", "ci_high_")
+        )
+        assert low is not None and high is not None and low <= delta <= high, length
+    assert rtn.ko_rag_closed_book_f1 is not None and rtn.ko_rag_gain_delta_1k is not None
+    assert (
+        rtn.kmmlu_delta is not None and rtn.kmmlu_delta == read_leaderboard(matrix_run.board)[3].kmmlu_delta
+    )
+    compared = {(c.candidate, c.task) for c in read_record(board.parent / "run.json", RunSummary).comparisons}
+    assert {("w4a16-rtn", "ko_rag"), ("w4a16-rtn", "ko_rag_mc"), ("w4a16-rtn", "kmmlu")} <= compared
+
+
+@pytest.mark.slow
+@needs_serve_env
 def test_a_checkpoint_the_engine_cannot_load_gets_a_failed_row(
     tiny_model_dir: Path, workspace: Workspace, tmp_path: Path
 ) -> None:

@@ -26,7 +26,7 @@ from evals.reporting.leaderboard_row import (
     columns,
 )
 from evals.reporting.outcome import CheckpointOutcome, RowFindings
-from evals.tasks.registry import PARALLEL_TASKS, column_prefix
+from evals.tasks.registry import PARALLEL_TASKS, column_prefix, fills_task_columns
 from kqe import __version__
 from kqe.core.capacity import CapacityReport
 from kqe.core.errors import UserError
@@ -100,7 +100,7 @@ def build_row(outcome: CheckpointOutcome, findings: RowFindings) -> LeaderboardR
 def _comparison_cells(runs: dict[str, ScoreRun], findings: RowFindings) -> dict:
     """Accuracy, comparison with the base and calibration effect, per task column prefix."""
     cells: dict = {}
-    scored = dict.fromkeys([*runs, *findings.vs_base, *findings.vs_control])
+    scored = dict.fromkeys(filter(fills_task_columns, [*runs, *findings.vs_base, *findings.vs_control]))
     for task in sorted(scored, key=lambda task: task in PARALLEL_TASKS):  # a matched ko_en_gap wins
         prefix = column_prefix(task)  # of tasks sharing a prefix, a run scores one
         if task in runs or task in findings.vs_base:

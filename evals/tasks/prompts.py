@@ -36,6 +36,7 @@ from evals.tasks.registry import (
     TASKS,
     TaskSpec,
     column_prefix,
+    fills_task_columns,
     is_lm_eval_task,
 )
 from kqe.core.errors import UserError
@@ -123,7 +124,7 @@ def check_tasks(tasks: list[str]) -> None:
     if unknown:
         raise UserError(f"unknown task(s) {unknown}: choose from {known}")
     by_columns: dict[str, list[str]] = defaultdict(list)
-    for task in dict.fromkeys(task for task in tasks if task in TASK_SPECS or is_lm_eval_task(task)):
+    for task in dict.fromkeys(filter(fills_task_columns, tasks)):
         by_columns[column_prefix(task)].append(task)
     for prefix, clash in by_columns.items():
         if len(clash) > 1:

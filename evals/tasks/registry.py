@@ -147,6 +147,11 @@ def is_lm_eval_task(task: str) -> bool:
     return task.startswith(LM_EVAL_PREFIX)
 
 
+def fills_task_columns(task: str) -> bool:
+    """Whether `task` fills the shared `<prefix>_*` accuracy columns (ko_rag's tasks write their own)."""
+    return task in TASK_SPECS or is_lm_eval_task(task)
+
+
 def column_prefix(task: str) -> str:
     """The leaderboard column prefix `task` fills (registry tasks: their entry; lm-eval tasks: `lmeval`)."""
     return LM_EVAL_COLUMNS if is_lm_eval_task(task) else TASK_SPECS[task].columns
