@@ -20,6 +20,7 @@ from evals.tasks.ko_rag import rows as rag_rows
 from evals.tasks.ko_rag import task as rag_task
 from evals.tasks.ko_rag.choices import mc_choices
 from evals.tasks.ko_rag.retrieval import Bm25, Retriever, plan_context, recall_at_k
+from evals.tasks.ko_rag.source import RagSource
 from evals.tasks.ko_rag.sweep import LENGTHS, RETRIEVED
 from evals.tasks.prompts import TASKS_DIR
 from kqe.core.errors import UserError
@@ -53,12 +54,12 @@ def user_data(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def builtin() -> rag_task.RagSource:
+def builtin() -> RagSource:
     """The built-in documents and the shipped questions, from the offline sources `make setup` fetched."""
     return rag_task.load_source(Workspace.from_env())
 
 
-def test_shipped_question_set_is_valid_and_covers_every_type(builtin: rag_task.RagSource) -> None:
+def test_shipped_question_set_is_valid_and_covers_every_type(builtin: RagSource) -> None:
     types = Counter(question.type for question in builtin.questions)
     assert len(builtin.questions) - types["unanswerable"] >= 400  # issue 18: at least 400 answerable
     assert types["factual"] >= 250 and types["numeric"] >= 100 and types["multi"] >= 25
@@ -71,7 +72,7 @@ def test_shipped_question_set_is_valid_and_covers_every_type(builtin: rag_task.R
     assert documents == {"constitution", "bill", "debian"}
 
 
-def test_builtin_passage_ids_follow_the_document_structure(builtin: rag_task.RagSource) -> None:
+def test_builtin_passage_ids_follow_the_document_structure(builtin: RagSource) -> None:
     ids = [passage.id for passage in builtin.passages]
     assert len(ids) == len(set(ids))
     articles = [pid for pid in ids if pid.startswith("constitution/art-") and "#" not in pid]
@@ -187,7 +188,7 @@ def test_bm25_ranks_by_rare_shared_terms() -> None:
     assert index.top(["없는말"], 3) == [0, 1, 2]  # no match: ties keep document order
 
 
-def test_retriever_finds_the_gold_passage_for_most_questions(builtin: rag_task.RagSource) -> None:
+def test_retriever_finds_the_gold_passage_for_most_questions(builtin: RagSource) -> None:
     retriever = Retriever(builtin.passages)
     recall: dict[str, list[float]] = {}
     for question in builtin.questions:
@@ -341,7 +342,7 @@ def test_hard_negatives_come_first_and_the_depth_is_recorded() -> None:
 
 
 def test_builtin_hard_negatives_share_the_source_and_rank_after_the_top_k(
-    builtin: rag_task.RagSource,
+    builtin: RagSource,
 ) -> None:
     retriever = Retriever(builtin.passages)
     question = "국회의원의 임기는 몇 년인가?"
