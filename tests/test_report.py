@@ -226,3 +226,49 @@ def test_capacity_section_gives_every_level_and_why_a_checkpoint_was_not_measure
     assert f"- fp8-dynamic: not measured: {why}" in lines
     assert any(line.startswith("- awq-w4a16, awq-w4a16-en: not measured here") for line in lines)
     assert capacity_section(run_summary(rows())) == [] and capacity_section(None) == []
+
+
+def rag_only_rows() -> list[LeaderboardRow]:
+    """A run of ko_rag alone (retrieved and closed-book at 1k and 2k): no accuracy task columns."""
+    rag = {"ko_rag_f1_1k": 0.40, "ko_rag_f1_2k": 0.30, "ko_rag_closed_book_f1": 0.10, "ko_rag_gain_1k": 0.30,
+           "ko_rag_gain_ci_low_1k": 0.20, "ko_rag_gain_ci_high_1k": 0.40, "ko_rag_recall_1k": 0.9,
+           "ko_rag_recall_2k": 0.95, "ko_rag_skipped": "4k: over max-model-len 2048",
+           "ko_rag_mc_acc": 0.5}  # fmt: skip
+    delta = {"ko_rag_f1_1k": 0.35, "ko_rag_f1_delta_1k": -0.05, "ko_rag_f1_ci_low_1k": -0.12,
+             "ko_rag_f1_ci_high_1k": 0.01, "ko_rag_f1_2k": 0.30, "ko_rag_f1_delta_2k": 0.0,
+             "ko_rag_f1_ci_low_2k": -0.04, "ko_rag_f1_ci_high_2k": 0.06}  # fmt: skip
+    base, quantized = row("bf16", "bf16", "none", 0.0, 0.5), row("w4a16-rtn", "w4a16-rtn", "none", 0.0, 0.36)
+    return [_without_accuracy(base, rag), _without_accuracy(quantized, {**rag, **delta})]
+
+
+def _without_accuracy(board_row: LeaderboardRow, cells: dict[str, object]) -> LeaderboardRow:
+    """`board_row` with no KMMLU/MMLU cells and `cells` set, validated anew (generated columns live in
+    `tasks`, which model_copy would not update)."""
+    values = {**board_row.model_dump(exclude={"tasks"}), **board_row.tasks, **cells}
+    return LeaderboardRow(**{k: None if k.startswith(("kmmlu_", "mmlu_")) else v for k, v in values.items()})
+
+
+def test_a_ko_rag_run_reports_f1_per_condition_with_its_deltas_and_no_accuracy_plots(tmp_path: Path) -> None:
+    path = tmp_path / "leaderboard.csv"
+    write_leaderboard(path, rag_only_rows())
+    text = write_report(path).read_text()
+    section = text.split("## Korean RAG (ko_rag)")[1].split("\n## ")[0]
+    assert "| bf16 | BM25's top passages in the prompt | 40.0 | 30.0 |" in section
+    assert (
+        "| w4a16-rtn | BM25's top passages in the prompt | 35.0, Δ -5.0 [-12.0, +1.0] | 30.0, Δ +0.0"
+        in section
+    )
+    assert "| bf16 | 10.0 | — | +30.0 [+20.0, +40.0] | — |" in section  # closed-book F1, EM, gain per length
+    assert "1k 90.0%, 2k 95.0%" in section and "Not scored: 4k: over max-model-len 2048." in section
+    assert "oracle" not in section and "## Quality loss against memory" not in text
+    assert not list((tmp_path / "plots").glob("*.png"))
+
+
+def test_terminal_summary_of_a_ko_rag_run_gives_f1_delta_at_the_longest_context() -> None:
+    from evals.reporting.summary import summary_table
+
+    base, rtn = rag_only_rows()
+    lines = summary_table([base, rtn, rtn.model_copy(update={"checkpoint": "awq", "status": "failed: OOM"})])
+    assert lines[0].split("  ")[:2] == ["checkpoint", "ko_rag F1 Δ 2k [95% CI]"] and "verdict" not in lines[0]
+    assert "(base)" in lines[1] and "+0.0 [-4.0, +6.0]" in lines[2] and "failed: OOM" in lines[3]
+    assert len({len(line.split()) > 1 for line in lines}) == 1

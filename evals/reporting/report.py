@@ -17,6 +17,7 @@ from evals.reporting.leaderboard_row import LeaderboardRow, scored_tasks
 from evals.reporting.model_card import model_card
 from evals.reporting.perplexity_report import perplexity_section
 from evals.reporting.plots import task_label
+from evals.reporting.rag_report import rag_section
 from evals.reporting.report_text import caveats, cell, delta_ci, item_lines, markdown_row
 from evals.statistics import averages
 from kqe.core.errors import UserError
@@ -58,11 +59,15 @@ def write_report(board: Path) -> Path:
     out = board.parent
     for folder in ("plots", "cards"):  # links there are refused, not followed
         owned_folder(out / folder)
-    plots = {
-        "pareto": figures.pareto_figure(rows, run),
-        "deltas": figures.deltas_figure(rows),
-        "flips": figures.flips_figure(rows, run),
-    }
+    plots = (  # a run of ko_rag alone has no accuracy task to plot: its section is a table
+        {
+            "pareto": figures.pareto_figure(rows, run),
+            "deltas": figures.deltas_figure(rows),
+            "flips": figures.flips_figure(rows, run),
+        }
+        if scored_tasks(rows)
+        else {}
+    )
     if figures.calibration_groups(rows):
         plots["calibration"] = figures.calibration_figure(rows)
     pngs = {name: figures.write_png(fig, out / "plots" / f"{name}.png") for name, fig in plots.items()}
@@ -200,18 +205,33 @@ def report_markdown(
 ) -> str:
     """The report: every checkpoint against bf16 on the same items, the plots, the caveats and links to
     the model cards."""
-    model = rows[0].model
     lines = [
         *_introduction(rows, spec),
         *_summary_table(rows),
         "",
         *_section("Micro and macro averages", averages.markdown_section(rows)),
+        *(_accuracy_sections(rows, plots) if "pareto" in plots else []),
+        *(_section("Korean RAG (ko_rag)", rag) if (rag := rag_section(rows)) else []),
+        *_section("Calibration effect", [_calibration_section(rows, plots)]),
+        *_section("Perplexity", perplexity_section(run, _base_name(rows))),
+        *(_section("Serving capacity", capacity) if (capacity := capacity_section(run)) else []),
+        *_section("Caveats", [f"- {note}" for note in caveats(rows, run, spec)]),
+    ]
+    if cards:
+        lines += _section("Model cards", [f"- [{name}](cards/{path.name})" for name, path in cards.items()])
+    return "\n".join(lines)
+
+
+def _accuracy_sections(rows: Sequence[LeaderboardRow], plots: dict[str, Path]) -> list[str]:
+    """Quality loss against memory, Δ per task and the answers flipped, with their plots."""
+    board = f"results/{rows[0].model}/leaderboard.csv"
+    return [
         *_section(
             "Quality loss against memory",
             [
                 f"![quality loss vs memory]({plots['pareto']})",
                 "",
-                f"To pick a checkpoint for a GPU: `kqe choose --leaderboard results/{model}/leaderboard.csv "
+                f"To pick a checkpoint for a GPU: `kqe choose --leaderboard {board} "
                 "--gpu rtx4090 --max-loss 1`.",
             ],
         ),
@@ -227,14 +247,7 @@ def report_markdown(
                 *_flips_table(rows),
             ],
         ),
-        *_section("Calibration effect", [_calibration_section(rows, plots)]),
-        *_section("Perplexity", perplexity_section(run, _base_name(rows))),
-        *(_section("Serving capacity", capacity) if (capacity := capacity_section(run)) else []),
-        *_section("Caveats", [f"- {note}" for note in caveats(rows, run, spec)]),
     ]
-    if cards:
-        lines += _section("Model cards", [f"- [{name}](cards/{path.name})" for name, path in cards.items()])
-    return "\n".join(lines)
 
 
 def _introduction(rows: Sequence[LeaderboardRow], spec: ModelSpec | None) -> list[str]:

@@ -1,0 +1,135 @@
+"""The report's ko_rag section, from leaderboard rows: answer F1 per condition and context length (on a
+quantized row, ΔF1 against the base with its CI over gold passages), the closed-book control with the
+open-book gain, then retrieval recall, abstention and multiple choice."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from evals.planning.decide import BASE_SCHEME
+from evals.reporting.leaderboard_row import LeaderboardRow
+from evals.reporting.rag_columns import CONDITION_TEXT
+from evals.reporting.report_text import cell
+from evals.tasks.ko_rag.metrics import column_prefix
+from evals.tasks.ko_rag.sweep import CONDITIONS, LENGTHS, open_book_labels
+
+HOW_TO_READ = (
+    "F1 is ko_rag's number-exact answer F1 on answerable questions, in points (a wrong digit or unit "
+    "scores 0 on its span). On a quantized row, Δ is its F1 minus the base's on the same prompts, with a "
+    "95% paired bootstrap CI that resamples whole gold passages (their questions are not independent)."
+)
+
+
+def _value(row: LeaderboardRow, column: str) -> float | None:
+    value = getattr(row, column, None)
+    return value if isinstance(value, float | int) else None
+
+
+def _points(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:+.1f}"
+
+
+def _estimate(row: LeaderboardRow, column: str, delta: str) -> str:
+    """`41.2` on the base; `39.8, Δ −1.4 [−5.0, +2.0]` where the row has a Δ."""
+    value = _value(row, column)
+    if value is None:
+        return "—"
+    shown = f"{100 * value:.1f}"
+    low, high = _value(row, delta.replace("delta", "ci_low")), _value(row, delta.replace("delta", "ci_high"))
+    if (change := _value(row, delta)) is None or low is None or high is None:
+        return shown
+    return f"{shown}, Δ {_points(change)} [{_points(low)}, {_points(high)}]"
+
+
+def _condition_table(rows: Sequence[LeaderboardRow], lengths: list[str]) -> list[str]:
+    lines = [f"| checkpoint | context | {' | '.join(lengths)} |", "|---|---" + "|---" * len(lengths) + "|"]
+    for label in open_book_labels(CONDITIONS):
+        prefix = column_prefix(label)
+        if not any(_value(r, f"{prefix}_f1_{length}") is not None for r in rows for length in lengths):
+            continue
+        for row in rows:
+            cells = [_estimate(row, f"{prefix}_f1_{n}", f"{prefix}_f1_delta_{n}") for n in lengths]
+            lines.append(f"| {row.checkpoint} | {CONDITION_TEXT[label]} | {' | '.join(cells)} |")
+    return lines
+
+
+def _closed_book_table(rows: Sequence[LeaderboardRow], lengths: list[str]) -> list[str]:
+    if all(r.ko_rag_closed_book_f1 is None for r in rows):
+        return []
+    lines = [
+        "Closed-book (no documents) and the open-book gain (retrieved F1 minus closed-book F1, same "
+        "questions, with its CI; on a quantized row, Δ of that gain against the base's):",
+        "",
+        f"| checkpoint | closed-book F1 | closed-book EM | {' | '.join(f'gain {n}' for n in lengths)} |",
+        "|---|---|---" + "|---" * len(lengths) + "|",
+    ]
+    for row in rows:
+        gains = [_gain(row, length) for length in lengths]
+        lines.append(
+            f"| {row.checkpoint} | {cell(_scaled(row.ko_rag_closed_book_f1), '.1f')} | "
+            f"{cell(_scaled(row.ko_rag_closed_book_em), '.1f')} | {' | '.join(gains)} |"
+        )
+    return ["", *lines]
+
+
+def _gain(row: LeaderboardRow, length: str) -> str:
+    gain = _value(row, f"ko_rag_gain_{length}")
+    if gain is None:
+        return "—"
+    low, high = _value(row, f"ko_rag_gain_ci_low_{length}"), _value(row, f"ko_rag_gain_ci_high_{length}")
+    shown = f"{_points(gain)} [{_points(low)}, {_points(high)}]"
+    if (change := _value(row, f"ko_rag_gain_delta_{length}")) is not None:
+        span = (_value(row, f"ko_rag_gain_delta_ci_{end}_{length}") for end in ("low", "high"))
+        shown += f"; Δ {_points(change)} [{', '.join(_points(v) for v in span)}]"
+    return shown
+
+
+def _scaled(value: float | None) -> float | None:
+    return None if value is None else 100 * value
+
+
+def _behaviour_table(rows: Sequence[LeaderboardRow]) -> list[str]:
+    lines = [
+        "| checkpoint | multiple choice acc | abstains on unanswerable | abstentions that were right | "
+        "Hangul share of answers |",
+        "|---|---|---|---|---|",
+    ]
+    for row in rows:
+        shares = (row.ko_rag_mc_acc, row.ko_rag_abstain, row.ko_rag_abstain_precision, row.ko_rag_hangul)
+        lines.append(f"| {row.checkpoint} | " + " | ".join(cell(v, ".1%") for v in shares) + " |")
+    return lines
+
+
+def scored_lengths(rows: Sequence[LeaderboardRow]) -> list[str]:
+    """The context lengths at which some row has a retrieved-condition ko_rag F1, shortest first."""
+    return [n for n in LENGTHS if any(_value(r, f"ko_rag_f1_{n}") is not None for r in rows)]
+
+
+def retrieved_delta(row: LeaderboardRow, length: str) -> str:
+    """ΔF1 against the base at `length` with its CI in points (`—` where the row has none)."""
+    delta = _value(row, f"ko_rag_f1_delta_{length}")
+    if delta is None:
+        return "—"
+    span = (_value(row, f"ko_rag_f1_ci_{end}_{length}") for end in ("low", "high"))
+    return f"{_points(delta)} [{', '.join(_points(v) for v in span)}]"
+
+
+def rag_section(rows: Sequence[LeaderboardRow]) -> list[str]:
+    """Markdown lines; none when no row scored ko_rag."""
+    lengths = scored_lengths(rows)
+    if not lengths:
+        return []
+    base = next((r for r in rows if r.scheme == BASE_SCHEME), rows[0])
+    recall = ", ".join(f"{n} {cell(_value(base, f'ko_rag_recall_{n}'), '.1%')}" for n in lengths)
+    skipped = [f"Not scored: {base.ko_rag_skipped}."] if base.ko_rag_skipped else []
+    return [
+        HOW_TO_READ,
+        "",
+        *_condition_table(rows, lengths),
+        *_closed_book_table(rows, lengths),
+        "",
+        f"Retrieval recall (every gold passage in the retrieved prompt, answerable questions): {recall}.",
+        *skipped,
+        "",
+        *_behaviour_table(rows),
+    ]
