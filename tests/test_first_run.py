@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kqe.core.workspace import Workspace
-from kqe.pipeline.preview import dominant_stage
+from kqe.pipeline.preview import REFERENCE_ITEM_TOKENS, Rates, dominant_stage, task_items_per_s
 from tests.conftest import REPO, needs_serve_env
 from tests.test_pipeline import write_sources
 
@@ -101,3 +101,20 @@ def test_the_estimate_names_the_stage_that_takes_most_summed_over_checkpoints() 
     assert dominant_stage({("build", "awq-ko70"): 600.0, ("score", "awq-ko70"): 240.0}) == (
         "building, 1 checkpoint (10 min)"
     )
+
+
+def test_long_prompt_tasks_are_estimated_at_their_own_rate_not_the_short_items_one() -> None:
+    """ko_rag's first run was estimated at the short-item rate (17 min; it took 69): without a record
+    its items cost as many short items as their prompts are longer; a recorded task keeps its own."""
+    rates = Rates(
+        items_per_s=12.0, task_items_per_s={"mmlu": 6.0}, server_start_s=30.0, perplexity_s=30.0,
+        build_s={}, source="test",
+    )  # fmt: skip
+    long_prompts = 10 * REFERENCE_ITEM_TOKENS
+    assert task_items_per_s(rates, "ko_rag", long_prompts) == pytest.approx(1.2)
+    assert task_items_per_s(rates, "ko_rag_mc", long_prompts) == pytest.approx(1.2)
+    assert task_items_per_s(rates, "ko_rag", REFERENCE_ITEM_TOKENS / 2) == 12.0  # never faster than short
+    assert task_items_per_s(rates, "kmmlu", long_prompts) == 12.0  # short items are not scaled
+    assert task_items_per_s(rates, "mmlu", None) == 6.0
+    recorded = Rates(**{**rates.__dict__, "task_items_per_s": {"ko_rag": 0.4}})
+    assert task_items_per_s(recorded, "ko_rag", long_prompts) == 0.4

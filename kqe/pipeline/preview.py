@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from statistics import median
+from statistics import mean, median
 from typing import TypeVar
 
 from evals.serving import hardware
@@ -49,6 +49,11 @@ REFERENCE_PROBE = {"bfloat16": (1.003, 19.5), "float32": (4.832, 4.6)}
 AVX2-only AMD EPYC (2026-12-02, median of 4.70 / 4.59 and 4.22 / 4.65 on the two tasks; the reference
 Xeon emulating AVX2 probed 3.36 ms yet scored 4.2, so the probe ranks CPUs of one kind only roughly).
 A CPU's expected rate is that rate scaled by the probe's time there over here."""
+REFERENCE_ITEM_TOKENS = 118
+"""Prompt tokens that cost as much as one item of the reference rate's kind (short KMMLU/MMLU
+questions): on an AMD EPYC Zen 4 (AVX-512 BF16, 2 cores, 2026-12-05) the base scored ko_rag at 0.655
+items/s with prompts of 2,239 tokens on average (1,466 prompt tokens/s) where the probe expects 12.4
+short items/s. A task of long prompts without a recorded rate (ko_rag) is estimated at that ratio."""
 SLOW_ITEMS_PER_S = 4.0
 """Below this scoring rate a run says up front that the machine is slow."""
 
@@ -58,6 +63,9 @@ class Rates:
     """How fast the stages of a run go on this machine, and where each number comes from."""
 
     items_per_s: float
+    """Short multiple-choice items (KMMLU, MMLU, lm-eval tasks) per second."""
+    task_items_per_s: dict[str, float]
+    """Task → items/s that earlier runs of this task recorded here under this profile."""
     server_start_s: float
     perplexity_s: float
     build_s: dict[str, float]
@@ -74,7 +82,11 @@ def recorded_rates(matrix: RunMatrix) -> Rates:
     slower = (probed or REFERENCE["items_per_s"]) / REFERENCE["items_per_s"]
     key = matrix.profile.key  # another dtype or profile scores at another rate
     runs = _records(out / "stages", "*.score.json", ScoreRun)
-    speeds = [r.items_per_s for r in runs if r.items_per_s and r.profile_key == key]
+    by_task: dict[str, list[float]] = {}
+    for run in runs:
+        if run.items_per_s and run.profile_key == key:
+            by_task.setdefault(run.task, []).append(run.items_per_s)
+    speeds = [speed for task, found in by_task.items() if task not in _LONG_PROMPT_TASKS for speed in found]
     ppl = [r.wall_s for r in _records(out / "stages", "*.perplexity.json", Perplexity)]
     logs = (path.read_text(errors="replace") for path in _files(out / "logs", "*.log"))
     starts = [seconds for seconds in map(startup_seconds, logs) if seconds]
@@ -91,11 +103,26 @@ def recorded_rates(matrix: RunMatrix) -> Rates:
         source += f"; scoring as this CPU's probe expects, {probed / scale:.1f} items/s"
     return Rates(
         items_per_s=median(speeds) if speeds else REFERENCE["items_per_s"] * slower / scale,
+        task_items_per_s={task: median(speeds) for task, speeds in by_task.items()},
         server_start_s=median(starts) if starts else REFERENCE["server_start_s"] * max(1.0, scale**0.5),
         perplexity_s=median(ppl) if ppl else REFERENCE["perplexity_s"] * scale / slower,
         build_s=reference_builds | {scheme: median(times) for scheme, times in built.items()},
         source=source,
     )
+
+
+_LONG_PROMPT_TASKS = (rag_task.TASK, rag_task.MC_TASK)
+"""Tasks whose prompts are contexts of thousands of tokens: their rates say nothing about short items."""
+
+
+def task_items_per_s(rates: Rates, task: str, prompt_tokens: float | None) -> float:
+    """Items/s to expect for `task`: what it recorded here, else the short-item rate scaled down to
+    prompts of `prompt_tokens` on average (`REFERENCE_ITEM_TOKENS`), where that is given."""
+    if task in rates.task_items_per_s:
+        return rates.task_items_per_s[task]
+    if prompt_tokens and task in _LONG_PROMPT_TASKS:
+        return rates.items_per_s * min(1.0, REFERENCE_ITEM_TOKENS / prompt_tokens)
+    return rates.items_per_s
 
 
 def expected_items_per_s(kernels: CpuKernels, dtype: str) -> float | None:
@@ -194,11 +221,11 @@ def _entry_plan(
             return f"{building}; every task scored already", cost
         left = {task: n for task, n in items.items() if task not in files.finished_runs()}
     n_items = sum(left.values())
-    cost |= {
-        "serve": rates.server_start_s,
-        "score": n_items / rates.items_per_s,
-        "perplexity": rates.perplexity_s,
-    }
+    rag_tokens = (
+        mean(i.prompt_tokens for i in matrix.rag.generation) if matrix.rag and matrix.rag.generation else None
+    )
+    score_s = sum(n / task_items_per_s(rates, task, rag_tokens) for task, n in left.items())
+    cost |= {"serve": rates.server_start_s, "score": score_s, "perplexity": rates.perplexity_s}
     return f"{building}, serve, score {n_items} items", cost
 
 

@@ -125,11 +125,20 @@ class RagItem:
     answers: tuple[str, ...]
     """Accepted answers (empty when unanswerable)."""
     answerable: bool
+    prompt_tokens: int
+    """The prompt's length in the served model's tokens (what scoring it costs grows with)."""
 
 
 def generation_items(rows: list[dict[str, Any]]) -> list[RagItem]:
     return [
-        RagItem(row["item_id"], row["subject"], row["prompt"], tuple(row["answers"]), row["answerable"])
+        RagItem(
+            row["item_id"],
+            row["subject"],
+            row["prompt"],
+            tuple(row["answers"]),
+            row["answerable"],
+            row["prompt_tokens"],
+        )
         for row in rows
     ]
 
