@@ -262,6 +262,9 @@ def test_a_ko_rag_run_reports_f1_per_condition_with_its_deltas_and_no_accuracy_p
     assert "1k 90.0%, 2k 95.0%" in section and "Not scored: 4k: over max-model-len 2048." in section
     assert "oracle" not in section and "## Quality loss against memory" not in text
     assert not list((tmp_path / "plots").glob("*.png"))
+    card = (tmp_path / "cards" / "w4a16-rtn.md").read_text()
+    assert "| task | items |" not in card  # no empty accuracy table
+    assert "1k 35.0 (base 40.0), Δ -5.0 [-12.0, +1.0]; 2k 30.0 (base 30.0), Δ +0.0 [-4.0, +6.0]." in card
 
 
 def test_terminal_summary_of_a_ko_rag_run_gives_f1_delta_at_the_longest_context() -> None:

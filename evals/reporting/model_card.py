@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from evals.planning.decide import BASE_SCHEME, points
 from evals.reporting.leaderboard_row import LeaderboardRow, scored_tasks
 from evals.reporting.plots import task_label
+from evals.reporting.rag_report import retrieved_delta, scored_lengths
 from evals.reporting.report_text import caveats, cell, checkpoint_caveats, delta_ci
 from kqe.core.records import Checkpoint, ModelSpec
 from kqe.core.results import RunSummary
@@ -77,6 +78,9 @@ def _card_scores(row: LeaderboardRow, base: LeaderboardRow | None, run: RunSumma
             f"{cell(values['p_holm'], '.3g')} | "
             f"{values['flips_c2w']} / {values['flips_w2c']} | {values['verdict'] or '—'} |"
         )
+    lines = lines if len(lines) > 2 else []  # a run of ko_rag alone has no accuracy task
+    if rag := _rag_scores(row, base):
+        lines += ["", rag] if lines else [rag]
     if row.ko_en_gap is not None and row.ko_en_gap_ci_low is not None and row.ko_en_gap_ci_high is not None:
         lines += [
             "",
@@ -84,6 +88,26 @@ def _card_scores(row: LeaderboardRow, base: LeaderboardRow | None, run: RunSumma
             f"{points(row.ko_en_gap_ci_high)}] (negative: Korean lost more).",
         ]
     return lines
+
+
+def _rag_scores(row: LeaderboardRow, base: LeaderboardRow | None) -> str:
+    """ko_rag's answer F1 with BM25's passages per context length, against the base's, in one line."""
+    lengths = scored_lengths([row])
+    if not lengths:
+        return ""
+    parts = []
+    for length in lengths:
+        f1, base_f1 = getattr(row, f"ko_rag_f1_{length}"), getattr(base, f"ko_rag_f1_{length}", None)
+        shown = f"{length} {cell(_percent(f1), '.1f')} (base {cell(_percent(base_f1), '.1f')})"
+        parts.append(f"{shown}, Δ {retrieved_delta(row, length)}" if base is not None else shown)
+    return (
+        "Korean RAG (ko_rag, BM25's passages in the prompt), number-exact answer F1 in points with the "
+        f"95% CI of Δ over gold passages: {'; '.join(parts)}."
+    )
+
+
+def _percent(value: float | None) -> float | None:
+    return None if value is None else 100 * value
 
 
 def _card_memory(row: LeaderboardRow, run: RunSummary | None) -> str:
