@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from evals.planning.decide import BASE_SCHEME, points
 from evals.reporting.leaderboard_row import LeaderboardRow, scored_tasks
 from evals.reporting.plots import task_label
-from evals.reporting.rag_report import retrieved_delta, scored_lengths
+from evals.reporting.rag_report import percent, retrieved_delta, scored_lengths
 from evals.reporting.report_text import caveats, cell, checkpoint_caveats, delta_ci
 from kqe.core.records import Checkpoint, ModelSpec
 from kqe.core.results import RunSummary
@@ -98,16 +98,12 @@ def _rag_scores(row: LeaderboardRow, base: LeaderboardRow | None) -> str:
     parts = []
     for length in lengths:
         f1, base_f1 = getattr(row, f"ko_rag_f1_{length}"), getattr(base, f"ko_rag_f1_{length}", None)
-        shown = f"{length} {cell(_percent(f1), '.1f')} (base {cell(_percent(base_f1), '.1f')})"
+        shown = f"{length} {cell(percent(f1), '.1f')} (base {cell(percent(base_f1), '.1f')})"
         parts.append(f"{shown}, Δ {retrieved_delta(row, length)}" if base is not None else shown)
     return (
         "Korean RAG (ko_rag, BM25's passages in the prompt), number-exact answer F1 in points with the "
         f"95% CI of Δ over gold passages: {'; '.join(parts)}."
     )
-
-
-def _percent(value: float | None) -> float | None:
-    return None if value is None else 100 * value
 
 
 def _card_memory(row: LeaderboardRow, run: RunSummary | None) -> str:

@@ -29,16 +29,26 @@ def _points(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:+.1f}"
 
 
-def _estimate(row: LeaderboardRow, column: str, delta: str) -> str:
-    """`41.2` on the base; `39.8, Δ −1.4 [−5.0, +2.0]` where the row has a Δ."""
-    value = _value(row, column)
+def percent(value: float | None) -> float | None:
+    """A fraction in points (percent), None kept."""
+    return None if value is None else 100 * value
+
+
+def _with_ci(row: LeaderboardRow, estimate: str, low: str, high: str) -> str | None:
+    """`-1.4 [-5.0, +2.0]` in points from the row's three columns; None where it has no estimate."""
+    value = _value(row, estimate)
+    if value is None:
+        return None
+    return f"{_points(value)} [{_points(_value(row, low))}, {_points(_value(row, high))}]"
+
+
+def _estimate(row: LeaderboardRow, prefix: str, length: str) -> str:
+    """`41.2` on the base; `39.8, Δ -1.4 [-5.0, +2.0]` where the row has a Δ."""
+    value = _value(row, f"{prefix}_f1_{length}")
     if value is None:
         return "—"
-    shown = f"{100 * value:.1f}"
-    low, high = _value(row, delta.replace("delta", "ci_low")), _value(row, delta.replace("delta", "ci_high"))
-    if (change := _value(row, delta)) is None or low is None or high is None:
-        return shown
-    return f"{shown}, Δ {_points(change)} [{_points(low)}, {_points(high)}]"
+    delta = _with_ci(row, *(f"{prefix}_f1_{part}_{length}" for part in ("delta", "ci_low", "ci_high")))
+    return f"{100 * value:.1f}" + (f", Δ {delta}" if delta else "")
 
 
 def _condition_table(rows: Sequence[LeaderboardRow], lengths: list[str]) -> list[str]:
@@ -48,7 +58,7 @@ def _condition_table(rows: Sequence[LeaderboardRow], lengths: list[str]) -> list
         if not any(_value(r, f"{prefix}_f1_{length}") is not None for r in rows for length in lengths):
             continue
         for row in rows:
-            cells = [_estimate(row, f"{prefix}_f1_{n}", f"{prefix}_f1_delta_{n}") for n in lengths]
+            cells = [_estimate(row, prefix, length) for length in lengths]
             lines.append(f"| {row.checkpoint} | {CONDITION_TEXT[label]} | {' | '.join(cells)} |")
     return lines
 
@@ -66,26 +76,17 @@ def _closed_book_table(rows: Sequence[LeaderboardRow], lengths: list[str]) -> li
     for row in rows:
         gains = [_gain(row, length) for length in lengths]
         lines.append(
-            f"| {row.checkpoint} | {cell(_scaled(row.ko_rag_closed_book_f1), '.1f')} | "
-            f"{cell(_scaled(row.ko_rag_closed_book_em), '.1f')} | {' | '.join(gains)} |"
+            f"| {row.checkpoint} | {cell(percent(row.ko_rag_closed_book_f1), '.1f')} | "
+            f"{cell(percent(row.ko_rag_closed_book_em), '.1f')} | {' | '.join(gains)} |"
         )
     return ["", *lines]
 
 
 def _gain(row: LeaderboardRow, length: str) -> str:
-    gain = _value(row, f"ko_rag_gain_{length}")
-    if gain is None:
-        return "—"
-    low, high = _value(row, f"ko_rag_gain_ci_low_{length}"), _value(row, f"ko_rag_gain_ci_high_{length}")
-    shown = f"{_points(gain)} [{_points(low)}, {_points(high)}]"
-    if (change := _value(row, f"ko_rag_gain_delta_{length}")) is not None:
-        span = (_value(row, f"ko_rag_gain_delta_ci_{end}_{length}") for end in ("low", "high"))
-        shown += f"; Δ {_points(change)} [{', '.join(_points(v) for v in span)}]"
-    return shown
-
-
-def _scaled(value: float | None) -> float | None:
-    return None if value is None else 100 * value
+    """The open-book gain with its CI, and its Δ against the base's where the row has one."""
+    gain = _with_ci(row, *(f"ko_rag_gain_{part}{length}" for part in ("", "ci_low_", "ci_high_")))
+    delta = _with_ci(row, *(f"ko_rag_gain_delta_{part}{length}" for part in ("", "ci_low_", "ci_high_")))
+    return (gain or "—") + (f"; Δ {delta}" if delta else "")
 
 
 def _behaviour_table(rows: Sequence[LeaderboardRow]) -> list[str]:
@@ -107,11 +108,8 @@ def scored_lengths(rows: Sequence[LeaderboardRow]) -> list[str]:
 
 def retrieved_delta(row: LeaderboardRow, length: str) -> str:
     """ΔF1 against the base at `length` with its CI in points (`—` where the row has none)."""
-    delta = _value(row, f"ko_rag_f1_delta_{length}")
-    if delta is None:
-        return "—"
-    span = (_value(row, f"ko_rag_f1_ci_{end}_{length}") for end in ("low", "high"))
-    return f"{_points(delta)} [{', '.join(_points(v) for v in span)}]"
+    parts = (f"ko_rag_f1_{part}_{length}" for part in ("delta", "ci_low", "ci_high"))
+    return _with_ci(row, *parts) or "—"
 
 
 def rag_section(rows: Sequence[LeaderboardRow]) -> list[str]:
