@@ -97,7 +97,7 @@ def recorded_rates(matrix: RunMatrix) -> Rates:
             built.setdefault(ckpt.scheme, []).append(ckpt.wall_s)
     calib_tokens = matrix.cfg.calib_samples * matrix.cfg.calib_seq_len
     reference_builds = reference_build_s(kernels, dtype, scale, calib_tokens)
-    measured = [name for name, found in (("score", speeds), ("start", starts), ("build", built)) if found]
+    measured = [name for name, found in (("score", by_task), ("start", starts), ("build", built)) if found]
     source = f"rates recorded here ({', '.join(measured)})" if measured else "reference-machine rates"
     if probed and not speeds:
         source += f"; scoring as this CPU's probe expects, {probed / scale:.1f} items/s"
