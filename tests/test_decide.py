@@ -13,10 +13,10 @@ from evals.planning.vllm_memory import gpu_named, load_gpus
 from evals.reporting.diff import diff
 from evals.reporting.leaderboard import COLUMNS, write_leaderboard
 from evals.reporting.leaderboard_row import LeaderboardRow
-from evals.serving.serve import load_profile, profile_names
+from evals.serving.serve import load_profile, serve_profiles
 from kqe.commands.choose import choose_command
 from kqe.commands.diff import diff_command, render
-from kqe.core.records import SCHEMA_VERSION, MemoryReport
+from kqe.core.records import SCHEMA_VERSION, MemoryReport, ServeProfile
 from kqe.core.registry import load_registry
 from kqe.core.results import RunSummary
 
@@ -128,17 +128,45 @@ def test_measured_memory_is_used_only_for_the_gpu_it_was_measured_on() -> None:
     assert measured_applies(run, gpu_named("rtx4090"), profile, 1)
     assert not measured_applies(run, gpu_named("a100-40g"), profile, 1)
     assert not measured_applies(run, gpu_named("rtx4090"), load_profile("rtx4090-same-kv"), 1)
+    # a two-card profile is written for the 4090 too, though its name does not start with it
+    two_cards = load_profile("2x4090-tp2")
+    tp2_run = run.model_copy(update={"profile": two_cards})
+    assert measured_applies(tp2_run, gpu_named("rtx4090"), two_cards, 2)
+    assert not measured_applies(tp2_run, gpu_named("rtx4090"), two_cards, 1)
     cpu_run = run.model_copy(update={"memory": {"awq-w4a16": memory.model_copy(update={"device": "cpu"})}})
     assert not measured_applies(cpu_run, gpu_named("rtx4090"), profile, 1)
     result = choose(board(), target(measured=True), "kmmlu", max_loss=1.0, min_concurrency=1)
     assert all(c.memory and c.memory.source.startswith("measured") for c in result.candidates)
 
 
-def test_profile_for_gpu_follows_the_profile_names() -> None:
-    names = profile_names()
-    assert profile_for_gpu(gpu_named("rtx4090"), names) == "rtx4090-16k"
-    assert profile_for_gpu(gpu_named("a100-40g"), names) == "a100-40g"
-    assert profile_for_gpu(gpu_named("l4"), names) is None
+def test_profile_for_gpu_is_the_default_profiles_toml_names() -> None:
+    profiles = serve_profiles()
+    assert profile_for_gpu(gpu_named("rtx4090"), profiles) == "rtx4090-16k"
+    assert profile_for_gpu(gpu_named("a100-40g"), profiles) == "a100-40g"
+    assert profile_for_gpu(gpu_named("l4"), profiles) is None
+    # the default comes from the field, not the name: file order and prefixes play no part
+    renamed = [p.model_copy(update={"name": f"x-{p.name}"}) for p in reversed(profiles)]
+    assert profile_for_gpu(gpu_named("rtx4090"), renamed) == "x-rtx4090-16k"
+
+
+def test_every_gpu_profile_names_a_known_gpu_and_each_gpu_has_at_most_one_default() -> None:
+    gpus = load_gpus()
+    profiles = serve_profiles()
+    assert all(p.gpu in gpus for p in profiles if p.gpu is not None)
+    defaults = [p.gpu for p in profiles if p.default_for_gpu]
+    assert len(defaults) == len(set(defaults))
+    # every GPU profile but the shared-GPU one is written for a card
+    assert {p.name for p in profiles if p.gpu is None and not p.name.startswith("cpu-")} == {"shared-gpu"}
+
+
+def test_a_default_profile_must_name_its_gpu() -> None:
+    with pytest.raises(ValueError, match="default_for_gpu needs gpu"):
+        ServeProfile(name="x", max_model_len=1024, max_num_seqs=1, default_for_gpu=True)
+
+
+def test_the_profile_gpu_fields_do_not_change_its_key() -> None:
+    profile = load_profile("rtx4090-16k")
+    assert profile.key == profile.model_copy(update={"gpu": None, "default_for_gpu": False}).key
 
 
 def test_diff_of_the_same_rows_says_nothing_changed() -> None:

@@ -120,7 +120,7 @@ def test_a_machine_without_a_gpu_scores_everything_on_its_cpu() -> None:
         (["--target-gpu", "4090", "--score-profile", "nope", "--dry-run"], "unknown serve profile 'nope'"),
         (
             ["--target-gpu", "l40s", "--dry-run"],
-            "no serve profile is named for --target-gpu l40s: give --profile",
+            "no serve profile is the default for --target-gpu l40s: give --profile",
         ),
         (["--json"], "--json prints the plan of --dry-run"),
     ],

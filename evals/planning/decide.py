@@ -6,8 +6,8 @@
   Among checkpoints that qualify, quality ranks by that same lower bound, so noise never ranks a
   checkpoint up; the base's Δ is 0 by definition, so it wins whenever it fits and meets the concurrency.
 - Memory: measured (the leaderboard's vLLM numbers) only when the run served on a GPU under the same
-  profile, named for this GPU class, with the same GPU count (`measured_applies`); the planner
-  otherwise. The output says which.
+  profile, one written for this GPU (its `gpu` in profiles.toml), with the same GPU count
+  (`measured_applies`); the planner otherwise. The output says which.
 - Rank: qualifies, fits, meets the concurrency, within budget, quality (CI lower bound), max
   concurrency, smaller weights; the runner-up is second in that order.
 """
@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from pydantic import computed_field
@@ -128,20 +128,20 @@ class Choice(Record):
     """When nothing qualifies: what would (a bigger GPU, more GPUs, a looser budget, more items)."""
 
 
-def profile_for_gpu(gpu: Gpu, profile_names: Sequence[str]) -> str | None:
-    """The serve profile named for this GPU class (`rtx4090` → `rtx4090-16k`), if there is one."""
-    return next((n for n in profile_names if n == gpu.name or n.startswith(f"{gpu.name}-")), None)
+def profile_for_gpu(gpu: Gpu, profiles: Iterable[ServeProfile]) -> str | None:
+    """The serve profile that profiles.toml makes this GPU's default (`rtx4090` → `rtx4090-16k`), if any."""
+    return next((p.name for p in profiles if p.gpu == gpu.name and p.default_for_gpu), None)
 
 
 def measured_applies(run: RunSummary | None, gpu: Gpu, profile: ServeProfile, count: int) -> bool:
     """Whether the run's logged memory describes this target: a GPU engine, the same profile and GPU
-    count, and that profile named for this GPU class (the leaderboard does not record the card)."""
+    count, and a profile written for this GPU (the leaderboard does not record the card)."""
     if run is None or not run.memory or run.profile.key != profile.key:
         return False
     if count != profile.tensor_parallel_size:
         return False
     on_gpu = all(m.device == "gpu" and m.source == "vllm-log" for m in run.memory.values())
-    return on_gpu and profile_for_gpu(gpu, [profile.name]) is not None
+    return on_gpu and profile.gpu == gpu.name
 
 
 def _plan(target: Target, scheme: str, gpu: Gpu | None = None, count: int | None = None) -> Plan:

@@ -95,6 +95,11 @@ def profile_names(path: Path = PROFILES_PATH) -> list[str]:
     return list(_read_profiles(path))
 
 
+def serve_profiles(path: Path = PROFILES_PATH) -> list[ServeProfile]:
+    """Every serve profile, in file order."""
+    return list(_read_profiles(path).values())
+
+
 def load_profile(name: str, path: Path = PROFILES_PATH) -> ServeProfile:
     """The serve profile called `name`; UserError listing the known names otherwise."""
     profiles = _read_profiles(path)

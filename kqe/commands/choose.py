@@ -17,10 +17,10 @@ def load_target(
     board: Path, rows: list[LeaderboardRow], gpu_name: str, count: int | None, profile_name: str | None
 ) -> Target:
     """The target from the options: the model through the registry, the GPU table, the serve profile
-    (given, else the one named for the GPU, else the run's), and whether the run measured it there."""
+    (given, else the GPU's default one, else the run's), and whether the run measured it there."""
     from evals.planning.vllm_memory import gpu_named, load_gpus
     from evals.reporting.report import read_run_summary
-    from evals.serving.serve import load_profile, profile_names
+    from evals.serving.serve import load_profile, serve_profiles
     from kqe.core.registry import resolve_model
     from kqe.core.workspace import Workspace
 
@@ -32,7 +32,7 @@ def load_target(
     model = resolve_model(rows[0].model, Workspace.from_env())
     if profile_name:
         profile = load_profile(profile_name)
-    elif named := profile_for_gpu(gpu, profile_names()):
+    elif named := profile_for_gpu(gpu, serve_profiles()):
         profile = load_profile(named)
     else:
         profile = run.profile if run else load_profile(rows[0].serve_profile.split(":")[0])

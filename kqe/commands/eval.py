@@ -91,7 +91,7 @@ from kqe.core.workspace import Workspace
     "--profile",
     default=None,
     help="Serve profile: every checkpoint is scored under it, or, with --target-gpu, deployed with it. "
-    "Default: cpu-small; with --target-gpu the profile named for that GPU (rtx4090 → rtx4090-16k).",
+    "Default: cpu-small; with --target-gpu that GPU's default profile (rtx4090 → rtx4090-16k).",
 )
 @click.option(
     "--target-gpu",
@@ -182,7 +182,7 @@ from kqe.core.workspace import Workspace
     default=defaults.EXECUTORS[0],
     show_default=True,
     help="Where checkpoints are evaluated: one after another here, or one Ray task each, in parallel as "
-    "the cluster allows (needs `KQE_EXTRAS=ray make setup`; README, Many GPUs or machines).",
+    "the cluster allows (needs `KQE_EXTRAS=ray make setup`; docs/gpu.md).",
 )
 @click.option(
     "--ray-address",
@@ -291,18 +291,18 @@ def _print_answer(cfg: Any, board: Path, rows: list[Any]) -> None:
 
 
 def _profile(options: dict[str, Any]) -> str:
-    """The profile given; else, for a target GPU, the one named for it; else cpu-small."""
+    """The profile given; else, for a target GPU, its default profile (profiles.toml); else cpu-small."""
     from evals.planning.decide import profile_for_gpu
     from evals.planning.vllm_memory import gpu_named
-    from evals.serving.serve import profile_names
+    from evals.serving.serve import profile_names, serve_profiles
 
     if options["profile"]:
         return str(options["profile"])
     if options["target_gpu"]:
-        named = profile_for_gpu(gpu_named(options["target_gpu"]), profile_names())
+        named = profile_for_gpu(gpu_named(options["target_gpu"]), serve_profiles())
         if named is None:
             raise UserError(
-                f"no serve profile is named for --target-gpu {options['target_gpu']}: give --profile "
+                f"no serve profile is the default for --target-gpu {options['target_gpu']}: give --profile "
                 f"(one of {', '.join(profile_names())})"
             )
         return named

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from importlib import metadata
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kqe.core import defaults
 
@@ -250,6 +250,17 @@ class ServeProfile(Record):
     """CPU builds: vLLM's model worker runs inside its engine process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`,
     the uni-process executor) instead of a process of its own: one Python start less per server, the
     same kernels and threads."""
+    gpu: str | None = None
+    """The GPU this profile is written for (a name in `evals/planning/gpus.toml`); None for CPU profiles
+    and those meant for any GPU. It says what the profile is for, not how vLLM serves: not in `key`."""
+    default_for_gpu: bool = False
+    """The profile a run targeting `gpu` serves under when no profile is given (at most one per GPU)."""
+
+    @model_validator(mode="after")
+    def _default_names_its_gpu(self) -> ServeProfile:
+        if self.default_for_gpu and self.gpu is None:
+            raise ValueError("default_for_gpu needs gpu: the GPU it is the default for")
+        return self
 
     @property
     def key(self) -> str:
@@ -257,7 +268,8 @@ class ServeProfile(Record):
         a profile without offload or in-engine worker keys as it did before those settings existed."""
         unset = {"cpu_offload_gib"} if self.cpu_offload_gib == 0 else set()
         unset |= set() if self.cpu_worker_in_engine else {"cpu_worker_in_engine"}
-        return content_hash(self.model_dump(mode="json", exclude={"version"} | unset))
+        unset |= {"version", "gpu", "default_for_gpu"}
+        return content_hash(self.model_dump(mode="json", exclude=unset))
 
 
 class MemoryReport(Record):
