@@ -1,8 +1,9 @@
 """Answer normalisation that keeps numbers, units, dates and command-line options exact.
 
 Morpheme bags give a wrong number most of the credit ("4년" vs "5년" shares "년"). Here an answer is
-rewritten first (NFKC, lower case; Korean number words before a counter to digits; both date spellings
-to one; "N분의 M" to "M/N"; 퍼센트 to %), then cut into *exact spans* and ordinary text:
+rewritten first (NFKC, lower case; escape sequences left in the text, a literal `\\n` or a terminal
+colour code, to spaces; Korean number words before a counter to digits; both date spellings to one;
+"N분의 M" to "M/N"; 퍼센트 to %), then cut into *exact spans* and ordinary text:
 
 - a date `2010-11-12` or `2010-11` (from "2010. 11. 12.", "2010년 11월 12일", "2010-11-12");
 - a fraction `2/3` (from "3분의 2", "삼분의 이");
@@ -56,6 +57,9 @@ _DATE_WORDS = re.compile(r"(\d{4})\s*년\s*(\d{1,2})\s*월(?:\s*(\d{1,2})\s*일)
 _DATE_DASHES = re.compile(r"(?<!\d)(\d{4})[-/](\d{1,2})(?:[-/](\d{1,2}))?(?![\d/-])")
 _MONTH_DOTS = re.compile(r"(?<![\d.])(\d{4})\s*\.\s*(\d{1,2})\s*\.(?!\s*\d)")
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+_ESCAPES = re.compile(r"\\[ntr]|\x1b\[[0-9;?]*[a-z]")
+"""A literal `\\n`, `\\t`, `\\r` (an answer JSON-escaped twice) or an ANSI colour code (lower-cased): left
+in, its letter would join the next number ("\\n5년" as the Latin-digit word `n5`) and hide the number."""
 _UNIT = "|".join(re.escape(unit) for unit in sorted(UNITS, key=len, reverse=True))
 EXACT_SPAN = re.compile(
     r"\d{4}-\d{1,2}(?:-\d{1,2})?(?![\d])"
@@ -68,7 +72,6 @@ EXACT_SPAN = re.compile(
 PLACEHOLDER = "qspan"
 """Stands for an exact span while Kiwi reads the answer (a Latin word Kiwi keeps whole)."""
 _PLACEHOLDER_DIGITS = "abcdefghijklmnop"
-_HELD = re.compile(PLACEHOLDER + f"([{_PLACEHOLDER_DIGITS}]+)")
 
 
 def _date(year: str, month: str, day: str | None) -> str:
@@ -76,9 +79,10 @@ def _date(year: str, month: str, day: str | None) -> str:
 
 
 def rewrite(text: str) -> str:
-    """`text` in the one spelling the scorer compares: NFKC, lower case, number words as digits, dates
-    as `Y-M-D`, fractions as `M/N`, 퍼센트 as %."""
+    """`text` in the one spelling the scorer compares: NFKC, lower case, escape sequences as spaces,
+    number words as digits, dates as `Y-M-D`, fractions as `M/N`, 퍼센트 as %."""
     text = unicodedata.normalize("NFKC", text).lower()
+    text = _ESCAPES.sub(" ", text)
     text = _THOUSANDS.sub("", text)
     text = _SINO_FRACTION.sub(lambda m: f"{SINO_DIGITS[m[1]]}분의 {SINO_DIGITS[m[2]]}", text)
     text = _FRACTION.sub(lambda m: f"{m[2]}/{m[1]}", text)
@@ -114,20 +118,53 @@ class Normalised:
         return [token for item in self.items for token in item]
 
 
-def _placeholder(index: int) -> str:
-    letters = ""
-    while True:
-        index, digit = divmod(index, len(_PLACEHOLDER_DIGITS))
-        letters = _PLACEHOLDER_DIGITS[digit] + letters
-        if not index:
-            return PLACEHOLDER + letters
+@dataclass(frozen=True)
+class _Holder:
+    """Placeholders for the exact spans of one answer, and how to read them back out of Kiwi's tokens.
 
+    Kiwi keeps a run of Latin letters as one token, so a placeholder next to letters is glued to them
+    ("3D" -> placeholder + "d", "5GHz", "12PM", "1080p", a date + "abc"). Each placeholder
+    therefore has the same number of index letters and a prefix the answer itself does not contain:
+    a token splits into placeholders and its own letters unambiguously, whatever surrounds them."""
 
-def _index(letters: str) -> int:
-    index = 0
-    for letter in letters:
-        index = index * len(_PLACEHOLDER_DIGITS) + _PLACEHOLDER_DIGITS.index(letter)
-    return index
+    prefix: str
+    width: int
+    pattern: re.Pattern[str]
+
+    @classmethod
+    def for_text(cls, text: str, count: int) -> _Holder:
+        prefix = PLACEHOLDER
+        while prefix in text:  # an answer that writes "qspan..." itself must not read as a span
+            prefix += "z"  # z is no index letter: the answer's "qspanab" is not "qspanz" + index
+        width = 1
+        while len(_PLACEHOLDER_DIGITS) ** width < count:
+            width += 1
+        pattern = re.compile(re.escape(prefix) + f"([{_PLACEHOLDER_DIGITS}]{{{width}}})")
+        return cls(prefix, width, pattern)
+
+    def placeholder(self, index: int) -> str:
+        letters = ""
+        for _ in range(self.width):
+            index, digit = divmod(index, len(_PLACEHOLDER_DIGITS))
+            letters = _PLACEHOLDER_DIGITS[digit] + letters
+        return self.prefix + letters
+
+    def read(self, token: str, spans: list[str]) -> list[str]:
+        """`token` with its placeholders (Kiwi may glue several, or letters, into one) as their spans;
+        the text around them stays, as the tokens it would have been with a space between."""
+        parts: list[str] = []
+        start = 0
+        for match in self.pattern.finditer(token):
+            parts += [token[start : match.start()], spans[self._index(match[1])]]
+            start = match.end()
+        return [part for part in [*parts, token[start:]] if part]
+
+    @staticmethod
+    def _index(letters: str) -> int:
+        index = 0
+        for letter in letters:
+            index = index * len(_PLACEHOLDER_DIGITS) + _PLACEHOLDER_DIGITS.index(letter)
+        return index
 
 
 @functools.lru_cache(maxsize=8192)  # distractor checks score the same few hundred answers again and again
@@ -136,18 +173,18 @@ def normalise(text: str) -> Normalised:
 
     Kiwi reads the whole answer with each exact span replaced by a Latin placeholder, so an ending
     after a span is still analysed as one ("5년입니다" -> 5년 + copula + ending, both dropped)."""
-    spans: list[str] = []
-
-    def hold(match: re.Match[str]) -> str:
-        spans.append(_exact(match[0]))
-        return _placeholder(len(spans) - 1)
-
-    held = EXACT_SPAN.sub(hold, rewrite(text))
+    rewritten = rewrite(text)
+    matches = list(EXACT_SPAN.finditer(rewritten))
+    spans = [_exact(match[0]) for match in matches]
+    holder = _Holder.for_text(rewritten, len(spans))
+    held, start = [], 0
+    for index, match in enumerate(matches):
+        held += [rewritten[start : match.start()], holder.placeholder(index)]
+        start = match.end()
     items: list[list[str]] = [[]]
-    for token, separator in answer_tokens(held):
+    for token, separator in answer_tokens("".join([*held, rewritten[start:]])):
         if separator:
             items.append([])
             continue
-        found = _HELD.findall(token)  # Kiwi may glue adjacent placeholders into one token
-        items[-1] += [spans[_index(letters)] for letters in found] if found else [token]
+        items[-1] += holder.read(token, spans)
     return Normalised(tuple(tuple(item) for item in items if item), tuple(spans))

@@ -1,8 +1,13 @@
-"""ko_rag's user files (`docs.jsonl`, `questions.jsonl`): one JSON object per line, each with an `id`,
-read with one-line errors that name the file and the line."""
+"""ko_rag's user files (`docs.jsonl`, `questions.jsonl`, answers files): one JSON object per line,
+each with an `id`, read with one-line errors that name the file and the line.
+
+The files must be UTF-8 (a byte-order mark is dropped, as Windows editors write one). Korean text saved
+from another program is often cp949 or UTF-16; such a file, or a binary one, is refused with the file,
+the line and the fix rather than decoded into mojibake or left to raise deep in the reader."""
 
 from __future__ import annotations
 
+import codecs
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +24,33 @@ class _HasId(Protocol):
 Entry = TypeVar("Entry", bound=_HasId)
 
 
+_UTF16_MARKS = (b"\xff\xfe", b"\xfe\xff")
+_MUST = "it must be UTF-8: save it as UTF-8"
+
+
+def read_utf8(path: Path) -> str:
+    """The text of `path`, which must be UTF-8 (a leading byte-order mark dropped); anything else is a
+    UserError naming the file, the line of the first bad byte and the encoding it must be."""
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise UserError(f"{path} cannot be read ({err.strerror}): check its permissions") from None
+    if data.startswith(_UTF16_MARKS):
+        raise UserError(f"{path} is UTF-16 (byte-order mark {data[:2].hex()}): {_MUST}")
+    if b"\0" in data:  # UTF-16 without a byte-order mark (or binary); never in UTF-8 text
+        line = data.count(b"\n", 0, data.index(b"\0")) + 1
+        raise UserError(f"{path}:{line}: holds NUL bytes (UTF-16 or binary?): {_MUST}")
+    data = data.removeprefix(codecs.BOM_UTF8)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:  # cp949 (EUC-KR) Korean is the usual case
+        line = data.count(b"\n", 0, err.start) + 1
+        raise UserError(
+            f"{path}:{line}: not UTF-8 (byte 0x{data[err.start]:02x}: cp949/EUC-KR or binary?): {_MUST}"
+        ) from None
+    return text
+
+
 def read_entries(
     path: Path,
     parse: Callable[[Any, str], Entry],
@@ -32,7 +64,7 @@ def read_entries(
         raise UserError(f"{path} not found: a ko_rag data folder needs docs.jsonl and questions.jsonl")
     entries: list[Entry] = []
     seen: dict[str, int] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").split("\n"), start=1):
+    for number, line in enumerate(read_utf8(path).split("\n"), start=1):
         if not line.strip():
             continue
         where = f"{path}:{number}"
