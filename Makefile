@@ -45,7 +45,8 @@ lint: setup
 # Benchmarks, not tests (not in `make test`): the suite against lm-eval (hf and in-process vllm), a bare
 # llmcompressor script (BENCH_SCHEMES), its own first run, and a matrix on the local vs the Ray executor,
 # same items and machine, as one table in results/bench.csv (BENCH_FLAGS=--quick: fewer items and runs);
-# then the statistics simulation (results/bench/). lm-eval goes into the serve venv too, for its vllm
+# then the statistics simulation (results/bench/). Each appends its rows to results/measurements.jsonl too
+# (`make docs` renders them into docs/performance.md). lm-eval goes into the serve venv too, for its vllm
 # backend (it pins nothing vLLM needs); the ray extra into the core venv, for the executor row.
 BENCH_SCHEMES ?= fp8-dynamic,awq-w4a16
 BENCH_FLAGS ?=
@@ -56,6 +57,8 @@ bench: setup
 	.venv/bin/python -m bench.continuation_bench
 	.venv/bin/python -m bench.stats_bench
 
-# The leaderboard column table in README.md, generated from evals/reporting/leaderboard_row.py:LeaderboardRow.
+# The generated docs: the leaderboard column table in docs/leaderboard.md (from
+# evals/reporting/leaderboard_row.py:LeaderboardRow) and docs/performance.md (from
+# results/measurements.jsonl, where `make bench` appends); tests/test_docs.py fails while either is stale.
 docs: setup
-	.venv/bin/python scripts/readme_columns.py
+	.venv/bin/python scripts/docs.py

@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import bench_rows
 from bench.suite_bench import MODEL, Row, say, spread, table, write_csv
 from evals.scoring.continuation import score_choices
 from evals.serving import cpu
@@ -102,6 +103,7 @@ def main() -> None:
         raise SystemExit(f"{MODEL} is not installed in {ws.models()}: run `make setup` first")
     rows = continuation_rows(ws, args.runs)
     write_csv(rows, quick=False)
+    say(bench_rows.record_suite("continuation", rows, quick=False))
     say(f"{os.cpu_count()} CPUs, load average now {os.getloadavg()[0]:.1f}\n{table(rows)}")
 
 

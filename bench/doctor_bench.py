@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import bench_rows
+
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 EXPECTED = "B"
 SMALL_MB = 5
@@ -107,7 +109,9 @@ def main() -> None:
     parser.add_argument("--mb", type=float, default=50, help="size of the large log")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    sys.stdout.write(summary(measure(args.mb, args.runs)) + "\n")
+    measured = measure(args.mb, args.runs)
+    sys.stdout.write(summary(measured) + "\n")
+    sys.stdout.write(bench_rows.record_doctor(measured) + "\n")
 
 
 if __name__ == "__main__":

@@ -303,9 +303,10 @@ def comparison_times(sizes: dict[str, tuple[int, int]], runs: int, candidates: i
 
 
 SPEED_SETUPS = {"kmmlu35k": {"kmmlu": (35_000, 45)}, "both49k": {"kmmlu": (35_030, 45), "mmlu": (14_042, 57)}}
+SPEED_RUNS = 5
 
 
-def run_speed(runs: int = 5, candidates: int = 8) -> dict[str, float]:
+def run_speed(runs: int = SPEED_RUNS, candidates: int = 8) -> dict[str, float]:
     """All comparisons of one run: 8 candidates against the base, 10,000 resamples each."""
     say(
         f"\n## Speed: {candidates} candidates vs base, {BOOTSTRAP_RESAMPLES} resamples, median of {runs} runs"
@@ -337,6 +338,8 @@ def append_row(part: str, row: dict[str, object]) -> None:
 
 
 def main() -> None:
+    from bench import bench_rows  # here: it reads this module's SPEED_* at its import
+
     parser = argparse.ArgumentParser(description="Benchmarks of the paired statistics.")
     parser.add_argument("--replicates", type=int, default=2000, help="simulation replicates per scenario")
     parser.add_argument("--only", choices=("sim", "clusters", "mde", "speed"), help="run one part only")
@@ -351,7 +354,9 @@ def main() -> None:
     }  # fmt: skip
     for part, run in parts.items():
         if args.only in (None, part):
-            append_row(part, meta | run(args.replicates))
+            row = meta | run(args.replicates)
+            append_row(part, row)
+            say(bench_rows.record_stats(part, row))
 
 
 if __name__ == "__main__":

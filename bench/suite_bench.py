@@ -17,8 +17,10 @@
    memory bounded; bench/doctor_bench.py).
 
 Prints one table (median and min-max over the runs, the machine's load average) and writes it to
-`results/bench.csv` (atomically, replacing the last one). Needs `make setup` (gemma3-270m in the
-cache) and lm-eval in the serve venv (the `bench` target of the Makefile installs it).
+`results/bench.csv` (atomically, replacing the last one); each part's rows are also appended to
+`results/measurements.jsonl` (bench/bench_rows.py), which `make docs` renders into docs/performance.md.
+Needs `make setup` (gemma3-270m in the cache) and lm-eval in the serve venv (the `bench` target of the
+Makefile installs it).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import doctor_bench, quantize_bench, scoring_bench, stats_bench
+from bench import bench_rows, doctor_bench, quantize_bench, scoring_bench, stats_bench
 from evals.serving import cpu
 from kqe.core.io import write_atomic
 from kqe.core.workspace import Workspace
@@ -190,18 +192,8 @@ def executor_rows(ws: Workspace, settings: Settings) -> list[Row]:
         "workers share the cores one local run already keeps busy, so expect little gain here; on a "
         "cluster each checkpoint gets its own GPU"
     )
-    return [
-        Row(
-            "matrix wall time on Ray, s",
-            walls["ray"],
-            "local executor",
-            walls["local"],
-            "report",
-            ratio,
-            None,
-            note,
-        )
-    ]
+    ray, local = walls["ray"], walls["local"]
+    return [Row("matrix wall time on Ray, s", ray, "local executor", local, "report", ratio, None, note)]
 
 
 def cpu_kind_rows(ws: Workspace, settings: Settings) -> list[Row]:
@@ -388,8 +380,10 @@ def main() -> None:
     for part in parts:
         started = time.perf_counter()
         say(f"bench: {part} ...")
-        rows += PARTS[part](ws, settings)
+        part_rows = PARTS[part](ws, settings)
+        rows += part_rows
         write_csv(rows, args.quick)  # what is measured survives a later part's failure
+        say(bench_rows.record_suite(part, part_rows, args.quick))
         say(f"bench: {part} took {time.perf_counter() - started:.0f} s")
     say(f"\n{os.cpu_count()} CPUs, load average now {os.getloadavg()[0]:.1f}\n{table(rows)}")
     say(f"written to {OUT}")

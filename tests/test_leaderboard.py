@@ -10,9 +10,7 @@ import pytest
 from evals.reporting.leaderboard import (
     COLUMNS,
     build_row,
-    column_table,
     read_leaderboard,
-    replace_column_table,
     write_aggregate,
     write_leaderboard,
 )
@@ -205,11 +203,3 @@ def test_aggregate_holds_every_model_of_this_schema(tmp_path: Path) -> None:
 
     assert aggregate == tmp_path / "leaderboard.csv"
     assert len(read_leaderboard(aggregate)) == 3
-
-
-def test_readme_column_table_is_the_schema() -> None:
-    """README.md documents every column the code writes; `make docs` regenerates the table."""
-    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
-    assert replace_column_table(readme, column_table()) == readme, "run `make docs`"
-    for name in COLUMNS:
-        assert f"| `{name}` |" in readme

@@ -362,10 +362,11 @@ def column_table() -> str:
     return "\n".join(lines)
 
 
-def replace_column_table(readme: str, table: str) -> str:
-    """`readme` with the text between the column-table markers replaced by `table`."""
-    head, start, rest = readme.partition(COLUMN_TABLE_START)
+def replace_column_table(text: str, table: str, where: str = "the page") -> str:
+    """`text` (of the page `where`, docs/leaderboard.md) with the text between the column-table markers
+    replaced by `table`."""
+    head, start, rest = text.partition(COLUMN_TABLE_START)
     _, end, tail = rest.partition(COLUMN_TABLE_END)
     if not (start and end):
-        raise UserError(f"README has no {COLUMN_TABLE_START} … {COLUMN_TABLE_END} block: add one")
+        raise UserError(f"{where} has no {COLUMN_TABLE_START} … {COLUMN_TABLE_END} block: add one")
     return f"{head}{start}\n{table}\n{end}{tail}"

@@ -155,7 +155,7 @@ def _read(path: str) -> list[str]:
 
 def compute_threads(cores: int) -> int:
     """Threads the engine computes on: vLLM keeps one core for its scheduler, which on one or two
-    cores halves the compute; there kqe gives the engine every core (measured faster, README)."""
+    cores halves the compute; there kqe gives the engine every core (measured faster: docs/performance.md)."""
     return cores if cores <= 2 else cores - 1
 
 

@@ -22,7 +22,7 @@ def env_command(as_json: bool, brief: bool) -> None:
         if as_json:
             echo(report.to_json())
         elif brief:
-            echo(report.line() + (" — slow here: see README, CPU kinds" if report.slow else ""))
+            echo(report.line() + (" — slow here: see docs/cpu.md" if report.slow else ""))
         else:
             echo("\n".join(report.lines()))
 

@@ -92,7 +92,7 @@ class QuantizeConfig(Record):
 @click.option(
     "--model", default=defaults.MODEL, show_default=True, help="Registry name, hf:org/name or a folder."
 )
-@click.option("--scheme", help="Scheme to build (see the README), or a table of --recipes.")
+@click.option("--scheme", help="Scheme to build (docs/calibration-and-schemes.md), or a table of --recipes.")
 @click.option("--recipes", type=click.Path(path_type=Path), help="TOML file of named recipes.")
 @click.option(
     "--set", "options", multiple=True, help="Recipe option key=value (repeatable), e.g. group_size=64."

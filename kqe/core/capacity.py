@@ -46,7 +46,7 @@ DEFAULT_SLO: dict[Engine, Slo] = {
     # and 4 tokens/s (about Korean reading speed) keep goodput from being zero by construction.
     "cpu": Slo(ttft_ms=10_000, tpot_ms=250),
 }
-"""Goodput SLOs by engine: common chat SLOs on GPU; chosen for small models on CPU (README)."""
+"""Goodput SLOs by engine: common chat SLOs on GPU; chosen for small models on CPU (docs/capacity.md)."""
 
 
 class BenchLevel(Record):

@@ -8,7 +8,7 @@ SCHEMES = ("bf16", "awq-w4a16", "w4a16-rtn", "fp8-dynamic")
 CALIBRATIONS = ("ko70", "en100")
 CALIB_SAMPLES = 48
 """Calibration samples: 48 × 384 tokens keeps the default first run within the hour on a 2-core
-AVX2-only CPU, where the two AWQ builds took 19.5 min each over 64 × 384 (README, "CPU kinds")."""
+AVX2-only CPU, where the two AWQ builds took 19.5 min each over 64 × 384 (docs/cpu.md)."""
 CALIB_SEQ_LEN = 384
 """Tokens per calibration sample."""
 TASKS = ("kmmlu", "mmlu")

@@ -2,7 +2,7 @@
 any, the versions, the dtype the default profile resolves to here, and the scoring rate to expect.
 
 The rate comes from the probe (`evals.serving.cpu`): a model-shaped linear layer timed here in the
-profile's dtype, against the same product on the README's reference machine, times the rate measured
+profile's dtype, against the same product on the reference machine (docs/cpu.md), times the rate measured
 there. It ranks machines and warns of a slow one; the plan's estimate prefers rates recorded here.
 """
 
@@ -91,7 +91,7 @@ class MachineReport:
     def _expected(self) -> str:
         if self.expected_items_per_s is None:
             return "no estimate (the engine was not probed)"
-        slow = " — slow: see README, CPU kinds" if self.slow else ""
+        slow = " — slow: see docs/cpu.md" if self.slow else ""
         return f"≈ {self.expected_items_per_s:.1f} items/s scoring {defaults.MODEL}'s base{slow}"
 
     def to_json(self) -> str:

@@ -2,7 +2,7 @@
 the items per task, and the wall time that will take on this machine.
 
 The estimate uses what earlier runs recorded here (build records, score runs, perplexity records,
-server logs); what nothing recorded yet comes from the rates measured on the README's reference
+server logs); what nothing recorded yet comes from the rates measured on the reference
 machine, scaled by model size (and by the CPU kind, where it is slower).
 """
 

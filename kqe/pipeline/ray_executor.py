@@ -158,7 +158,7 @@ def run_checkpoint_task(
     if not seen:
         raise UserError(
             f"node {socket.gethostname()} does not see this run's workspace {matrix.ws.cache}: put KQE_HOME "
-            "on storage every node mounts at the same path (README, Many GPUs or machines)"
+            "on storage every node mounts at the same path (docs/gpu.md, Many GPUs or machines)"
         )
     return evaluate_checkpoint(matrix, entry, usual_start_s)
 

@@ -48,7 +48,7 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress, executor: Execu
         log.info("%s", line)
     if rates.items_per_s < SLOW_ITEMS_PER_S:
         log.warning(
-            "slow here: about %.1f items/s scoring, in %s (%s); `kqe env` says why (README, CPU kinds)",
+            "slow here: about %.1f items/s scoring, in %s (%s); `kqe env` says why (docs/cpu.md)",
             rates.items_per_s, matrix.profile.dtype, rates.source,
         )  # fmt: skip
     outcomes = executor.evaluate(matrix, rates.server_start_s)
