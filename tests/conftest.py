@@ -77,7 +77,7 @@ def run_items(board: Path) -> dict[str, list[Any]]:
 
 
 def matrix_config(model: Path) -> Any:
-    from kqe.pipeline.config import EvalConfig
+    from kqe.core.eval_config import EvalConfig
 
     return EvalConfig(
         # w4a16-rtn, not fp8-dynamic: FP8's CPU matmul is oneDNN's reference code without AMX-FP8

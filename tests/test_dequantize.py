@@ -14,10 +14,10 @@ from safetensors.torch import load_file
 from evals.reporting.leaderboard import read_leaderboard
 from evals.serving import hardware
 from evals.serving.serve import load_profile
+from kqe.core.eval_config import EvalConfig
 from kqe.core.io import read_jsonl, read_record
 from kqe.core.results import ItemResult, RunSummary
 from kqe.core.workspace import Workspace
-from kqe.pipeline.config import EvalConfig
 from kqe.pipeline.run import run_eval
 from quantize import dequantize
 from tests.builds import load_in_engine

@@ -21,10 +21,10 @@ from evals.tasks.item_sets import FLIP_SHARES, check_hub, choose, unresolved
 from evals.tasks.prompts import prepare_tasks, source_label, to_download
 from kqe.cli import main
 from kqe.core.errors import UserError
+from kqe.core.eval_config import EvalConfig
 from kqe.core.records import ItemChoice
 from kqe.core.registry import load_registry, spec_from_local_dir
 from kqe.core.workspace import Workspace
-from kqe.pipeline.config import EvalConfig
 from tests.conftest import needs_serve_env
 
 REGISTRY = load_registry()

@@ -19,7 +19,8 @@ from evals.tasks.ko_rag import context as rag_context
 from evals.tasks.ko_rag import metrics as rag_metrics
 from evals.tasks.ko_rag import rows as rag_rows
 from evals.tasks.ko_rag import task as rag_task
-from evals.tasks.ko_rag.sweep import CONDITIONS, DEPTH_GRID, LENGTHS, RETRIEVED, coordinates, question_of
+from evals.tasks.ko_rag.sweep import DEPTH_GRID, LENGTHS, RETRIEVED, coordinates, question_of
+from kqe.core.defaults import RAG_CONDITIONS
 from kqe.core.errors import UserError
 from kqe.core.io import read_jsonl
 from kqe.core.results import ItemResult
@@ -35,7 +36,7 @@ def shipped(tiny_model_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any],
     each passage's size in the tiny tokenizer's tokens."""
     source = rag_task.load_source(Workspace.from_env())
     budgeter = rag_context.hf_budgeter(tiny_model_dir)
-    rows, manifest = rag_rows.build_rows(source, budgeter, 2048, QUESTIONS_SAMPLED, 0, CONDITIONS)
+    rows, manifest = rag_rows.build_rows(source, budgeter, 2048, QUESTIONS_SAMPLED, 0, RAG_CONDITIONS)
     return rows, manifest, budgeter.sizes(source.passages)
 
 
@@ -66,7 +67,7 @@ def test_every_condition_has_its_rows_named_in_the_item_ids(shipped: Any) -> Non
         assert coordinates(row["item_id"]) == (row["condition"], row["length"])
         assert coordinates(row["mc_item_id"]) == (row["condition"], row["length"])
         assert question_of(row["item_id"]) == row["question_id"]
-    assert manifest["conditions"] == list(CONDITIONS) and manifest["chat_template"] is False
+    assert manifest["conditions"] == list(RAG_CONDITIONS) and manifest["chat_template"] is False
     retrieved = [row for row in grouped["retrieved"] if row["answerable"]]
     share = sum(row["gold_in_context"] for row in retrieved if row["length"] == "1k") / (len(retrieved) / 2)
     assert manifest["gold_in_context"]["1k"] == round(share, 4)  # the retrieved condition's, not the oracle's
@@ -232,7 +233,7 @@ def test_leaderboard_columns_of_each_condition_from_saved_rows(tmp_path: Path) -
 
 
 def test_the_reproduce_command_names_the_ko_rag_options() -> None:
-    from kqe.pipeline.config import EvalConfig
+    from kqe.core.eval_config import EvalConfig
 
     asked = EvalConfig(rag_conditions=("retrieved", "depth"), rag_chat_template=True).command()
     assert "--rag-conditions retrieved,depth --rag-chat-template" in asked

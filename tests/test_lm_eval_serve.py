@@ -88,7 +88,7 @@ def test_per_item_loglikelihoods_equal_lm_eval_hf(
 def test_kqe_eval_scores_a_user_yaml_with_paired_statistics(
     tiny_model_dir: Path, setting: tuple[Workspace, Path]
 ) -> None:
-    from kqe.pipeline.config import EvalConfig
+    from kqe.core.eval_config import EvalConfig
     from kqe.pipeline.run import run_eval
     from tests.test_pipeline import write_sources
 

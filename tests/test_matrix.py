@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kqe.core.errors import UserError
-from kqe.pipeline.matrix import MatrixEntry, calibration_references, mix_label, plan_matrix, split_mixes
+from kqe.core.eval_config import split_mixes
+from kqe.pipeline.matrix import MatrixEntry, calibration_references, mix_label, plan_matrix
 
 NEEDS_CALIBRATION = {"awq-w4a16", "gptq-w4a16"}.__contains__
 

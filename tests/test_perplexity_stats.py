@@ -227,7 +227,7 @@ def test_multiplicity_and_the_perplexity_margin_are_options_the_reproduce_comman
     from click.testing import CliRunner
 
     from kqe.cli import main
-    from kqe.pipeline.config import EvalConfig
+    from kqe.core.eval_config import EvalConfig
 
     command = EvalConfig(multiplicity="bh", ppl_margin_pct=2.0).command()
     assert "--multiplicity bh --ppl-margin 2" in command

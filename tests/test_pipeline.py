@@ -17,11 +17,11 @@ from evals.reporting.leaderboard import read_leaderboard
 from evals.serving.serve import load_profile
 from evals.statistics.stats import compare
 from kqe.core.errors import UserError
+from kqe.core.eval_config import EvalConfig
 from kqe.core.io import read_jsonl, read_record
 from kqe.core.results import ItemResult, RunSummary
 from kqe.core.workspace import Workspace
 from kqe.pipeline import config
-from kqe.pipeline.config import EvalConfig
 from kqe.pipeline.run import run_eval
 from tests.conftest import MatrixRun, needs_serve_env
 from tests.test_calibration import write_offline_sources

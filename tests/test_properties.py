@@ -23,8 +23,8 @@ from evals.serving.doctor.diagnose import diagnose
 from evals.statistics.stats import compare_files
 from kqe.commands.load import parse_concurrency
 from kqe.core.errors import UserError
+from kqe.core.eval_config import split_mixes
 from kqe.core.text import markdown_cell, printable
-from kqe.pipeline.matrix import split_mixes
 from quantize.calibration import parse_mix
 from quantize.recipes import parse_options
 from tests.test_report import rows

@@ -19,12 +19,12 @@ import torch
 from evals.reporting.leaderboard import read_leaderboard
 from evals.serving import hardware
 from kqe.core.errors import UserError
+from kqe.core.eval_config import EvalConfig
 from kqe.core.io import read_record, sha256_file, write_record
 from kqe.core.modelstore import LocalModel
 from kqe.core.records import CalibrationSet, Checkpoint
 from kqe.core.results import RunSummary
 from kqe.core.workspace import Workspace
-from kqe.pipeline.config import EvalConfig
 from kqe.pipeline.run import run_eval
 from quantize import build, dequantize
 from quantize.build import CHECKPOINT_RECORD, build_checkpoint

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from kqe.core.errors import UserError
+from kqe.core.eval_config import EvalConfig
 from kqe.core.registry import check_remote_code, resolve_model
 from kqe.core.workspace import Workspace
-from kqe.pipeline.config import EvalConfig
 
 HOSTILE_NAMES = [
     "../../etc",

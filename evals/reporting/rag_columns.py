@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from evals.reporting.task_columns import ColumnDoc
 from evals.tasks.ko_rag.metrics import column_prefix
-from evals.tasks.ko_rag.sweep import CONDITIONS, DEPTH_GRID, LENGTHS, RETRIEVED, open_book_labels
+from evals.tasks.ko_rag.sweep import DEPTH_GRID, LENGTHS, RETRIEVED, open_book_labels
+from kqe.core.defaults import RAG_CONDITIONS
 
 RAG = "ko_rag"
 """The group of the columns every board has."""
@@ -110,7 +111,7 @@ _RETRIEVED_ONLY = (
 
 
 def _columns() -> dict[str, ColumnDoc]:
-    labels = list(open_book_labels(CONDITIONS))
+    labels = list(open_book_labels(RAG_CONDITIONS))
     columns = _open_book(RETRIEVED)
     columns |= {name: ColumnDoc(RAG, kind, meaning) for name, kind, meaning in _RETRIEVED_ONLY}
     columns |= {

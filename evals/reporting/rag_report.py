@@ -11,7 +11,8 @@ from evals.reporting.leaderboard_row import LeaderboardRow
 from evals.reporting.rag_columns import CONDITION_TEXT
 from evals.reporting.report_text import cell
 from evals.tasks.ko_rag.metrics import column_prefix
-from evals.tasks.ko_rag.sweep import CONDITIONS, LENGTHS, open_book_labels
+from evals.tasks.ko_rag.sweep import LENGTHS, open_book_labels
+from kqe.core.defaults import RAG_CONDITIONS
 
 HOW_TO_READ = (
     "F1 is ko_rag's number-exact answer F1 on answerable questions, in points (a wrong digit or unit "
@@ -53,7 +54,7 @@ def _estimate(row: LeaderboardRow, prefix: str, length: str) -> str:
 
 def _condition_table(rows: Sequence[LeaderboardRow], lengths: list[str]) -> list[str]:
     lines = [f"| checkpoint | context | {' | '.join(lengths)} |", "|---|---" + "|---" * len(lengths) + "|"]
-    for label in open_book_labels(CONDITIONS):
+    for label in open_book_labels(RAG_CONDITIONS):
         prefix = column_prefix(label)
         if not any(_value(r, f"{prefix}_f1_{length}") is not None for r in rows for length in lengths):
             continue

@@ -11,9 +11,10 @@ from typing import Any
 
 import click
 
-from kqe.commands.guard import ONLINE_HELP, echo, item_choice, run_guarded, split_list
+from kqe.commands.guard import ONLINE_HELP, echo, item_choice, run_guarded
 from kqe.core import defaults
 from kqe.core.errors import UserError
+from kqe.core.eval_config import split_list
 from kqe.core.records import CalibrationSet, ItemChoice, Record
 
 

@@ -15,7 +15,6 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from evals.tasks.ko_rag.sweep import DEFAULT_CONDITIONS, parse_conditions
 from kqe.commands.guard import (
     ONLINE_HELP,
     Number,
@@ -25,10 +24,10 @@ from kqe.commands.guard import (
     echo,
     item_choice,
     run_guarded,
-    split_list,
 )
 from kqe.core import defaults
 from kqe.core.errors import UserError
+from kqe.core.eval_config import EvalConfig
 from kqe.core.text import json_text, printable
 from kqe.core.workspace import Workspace
 
@@ -150,7 +149,7 @@ from kqe.core.workspace import Workspace
 )
 @click.option(
     "--rag-conditions",
-    default=",".join(DEFAULT_CONDITIONS),
+    default=",".join(defaults.RAG_DEFAULT_CONDITIONS),
     show_default=True,
     help="ko_rag conditions, comma-separated: retrieved (BM25's passages), oracle (the gold passages forced "
     "in), depth (the oracle at depths 0, 1/4, 1/2, 3/4, end: 5x its cost), closed_book (no documents).",
@@ -215,32 +214,15 @@ from kqe.core.workspace import Workspace
 def eval_command(**options: Any) -> None:
     """Calibrate, quantize, serve each checkpoint under one profile, score, compare with bf16, rank."""
     from evals.reporting.leaderboard import read_leaderboard
-    from evals.serving import hardware
-    from kqe.pipeline.config import EvalConfig
     from kqe.pipeline.executors import executor_named
-    from kqe.pipeline.matrix import split_mixes
     from kqe.pipeline.run import run_eval
 
     def action() -> None:
-        dry_run, as_json = options.pop("dry_run"), options.pop("as_json")
-        executor = executor_named(options.pop("executor"), options.pop("ray_address"))
+        dry_run, as_json, executor_name, ray_address = (options.pop(name) for name in CLI_ONLY)
+        executor = executor_named(executor_name, ray_address)
         if as_json and not dry_run:
             raise UserError("--json prints the plan of --dry-run: give both, or neither")
-        if not split_list(options["schemes"]):
-            raise UserError(f"--schemes {options['schemes']!r} names no scheme: give e.g. bf16,awq-w4a16")
-        items = item_choice(options.pop("online"), options["model"])
-        limit = items.limit(options["limit"])
-        options.update(
-            schemes=split_list(options["schemes"]), tasks=split_list(options["tasks"]), items=items,
-            calibrations=split_mixes(options["calibrations"]), limit=limit,
-            extra=split_list(options["extra"]), recipes=options["recipes"] or None,
-            run=options["run"] or None, target_gpu=options["target_gpu"] or None,
-            score_profile=options["score_profile"] or None, profile=_profile(options),
-            rag_conditions=parse_conditions(options["rag_conditions"]),
-        )  # fmt: skip
-        if options["load"] is None:  # capacity under load is slow on CPU and means little there
-            options["load"] = hardware.gpu_present()
-        cfg = EvalConfig(**options)
+        cfg = eval_config(options)
         if dry_run:
             _print_plan(cfg, as_json)
             return
@@ -263,7 +245,24 @@ def eval_command(**options: Any) -> None:
     run_guarded(action)
 
 
-def _print_answer(cfg: Any, board: Path, rows: list[Any]) -> None:
+CLI_ONLY = ("dry_run", "as_json", "executor", "ray_address")
+"""Options of `kqe eval` that say how to run, not what to compute: no field of `EvalConfig`."""
+
+
+def eval_config(options: dict[str, Any]) -> EvalConfig:
+    """The run's config from the options of its fields (`--online`/`--offline` gives `items`): the CLI
+    adds the defaults that depend on the model, the target or the machine."""
+    from evals.serving import hardware
+
+    items = item_choice(options["online"], options["model"])
+    given = {name: value for name, value in options.items() if name != "online"}
+    if given["load"] is None:  # capacity under load is slow on CPU and means little there
+        given["load"] = hardware.gpu_present()
+    given.update(items=items, limit=items.limit(given["limit"]), profile=_profile(options))
+    return EvalConfig(**given)
+
+
+def _print_answer(cfg: EvalConfig, board: Path, rows: list[Any]) -> None:
     """The run's answer on the terminal: whether anything was new, one line per checkpoint, what
     `kqe choose` recommends for the target, and where the files are."""
     from evals.planning.decide import choose
@@ -309,8 +308,7 @@ def _profile(options: dict[str, Any]) -> str:
     return defaults.CPU_PROFILE
 
 
-def _print_plan(cfg: Any, as_json: bool) -> None:
-
+def _print_plan(cfg: EvalConfig, as_json: bool) -> None:
     from kqe.core.registry import resolve_model
     from kqe.pipeline.config import plan_run
     from kqe.pipeline.dry_run import describe, lines

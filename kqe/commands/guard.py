@@ -46,11 +46,6 @@ class Number(click.ParamType):
         return number
 
 
-def split_list(value: str) -> tuple[str, ...]:
-    """`a, b,,c` -> ("a", "b", "c")."""
-    return tuple(part.strip() for part in value.split(",") if part.strip())
-
-
 ONLINE_HELP = (
     "Score KMMLU and MMLU's full test splits from the hub, or the offline sets (KMMLU-HARD dev, an MMLU "
     "sample). Default: online for a hub model or KQE_ONLINE=1; offline for the embedded model, a model "

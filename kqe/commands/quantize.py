@@ -14,9 +14,10 @@ from pydantic import model_validator
 
 from kqe.commands import calibrate
 from kqe.commands.calibrate import CalibrateConfig
-from kqe.commands.guard import echo, run_guarded, split_list
+from kqe.commands.guard import echo, run_guarded
 from kqe.core import defaults
 from kqe.core.errors import UserError
+from kqe.core.eval_config import split_list
 from kqe.core.modelstore import LocalModel
 from kqe.core.records import Checkpoint, Record
 from kqe.core.workspace import Workspace

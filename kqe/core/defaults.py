@@ -30,3 +30,9 @@ MULTIPLICITY = ("holm-per-checkpoint", "holm", "bh")
 default: Holm across one checkpoint's tasks; `holm` / `bh` across every checkpoint × task of the run."""
 PPL_MARGIN_PCT = 1.0
 """Perplexity increase taken as acceptable in the perplexity verdicts, percent."""
+RAG_CONDITIONS = ("retrieved", "oracle", "depth", "closed_book")
+"""ko_rag's conditions, in the order they are scored and reported (`evals/tasks/ko_rag/sweep.py` says
+what each one puts in the context); `kqe eval --rag-conditions` names some of them."""
+RAG_DEFAULT_CONDITIONS = ("retrieved", "oracle", "closed_book")
+"""The oracle tells a reading loss from a retrieval miss, at the retrieved condition's cost again;
+closed-book prompts are a few dozen tokens. The depth grid costs five times the oracle: asked for."""

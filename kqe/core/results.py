@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from kqe.core.capacity import CapacityReport
+from kqe.core.eval_config import EvalConfig
 from kqe.core.records import SCHEMA_VERSION, CalibrationSet, Checkpoint, MemoryReport, Record, ServeProfile
 
 
@@ -277,8 +278,8 @@ class RunSummary(Record):
 
     version: int = SCHEMA_VERSION
     """Format version of this record."""
-    config: dict
-    """The EvalConfig of the run."""
+    config: EvalConfig
+    """What the run computed (a run.json written before a field existed reads it at its default)."""
     command: str
     """Command that reproduces the run."""
     wall_s: float

@@ -1,4 +1,4 @@
-"""What one `make eval` run is: its config (the reproduce command), and what its checkpoints share.
+"""What one `make eval` run is: its plan (decided from its config alone), and what its checkpoints share.
 
 `prepare_matrix` checks every input first (cheap: model, profile, recipes, tasks, serve venv), then
 builds the calibration sets and the task prompts, so a typo fails before any long work starts.
@@ -7,7 +7,6 @@ builds the calibration sets and the task prompts, so a typo fails before any lon
 from __future__ import annotations
 
 import logging
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,12 +18,12 @@ from evals.serving.hardware import Device
 from evals.serving.processes import forced_port
 from evals.tasks import item_sets, lm_eval_bridge, prompts
 from evals.tasks.ko_rag import task as rag_task
-from evals.tasks.ko_rag.sweep import DEFAULT_CONDITIONS, parse_conditions
 from evals.tasks.registry import TASK_SPECS, is_lm_eval_task
 from kqe.core import defaults
 from kqe.core.errors import UserError
+from kqe.core.eval_config import EvalConfig
 from kqe.core.modelstore import LocalModel, local_model
-from kqe.core.records import CalibrationSet, ItemChoice, ModelSpec, Record, ServeProfile
+from kqe.core.records import CalibrationSet, ModelSpec, ServeProfile
 from kqe.core.registry import check_remote_code, resolve_model
 from kqe.core.workspace import Workspace, safe_name
 from kqe.pipeline.matrix import BASE, MatrixEntry, calibration_references, mix_label, plan_matrix
@@ -35,107 +34,6 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]
 """Called with (what, done, total) as long work advances."""
-
-
-class EvalConfig(Record):
-    """Everything that decides what `make eval` computes; its fields make up the reproduce command."""
-
-    model: str = defaults.MODEL
-    """Registry name, `hf:org/name[@rev]`, or a local model directory."""
-    schemes: tuple[str, ...] = defaults.SCHEMES
-    """Checkpoints to build and score; `bf16` (the base) is always included."""
-    calibrations: tuple[str, ...] = defaults.CALIBRATIONS
-    """Calibration mixes (`ko100`, `ko70`, `en100`, or `ko=0.6,en=0.4`): a scheme that needs one is
-    built once per mix; the mix with the least Korean is the control the others are paired with."""
-    calib_samples: int = defaults.CALIB_SAMPLES
-    """Calibration samples."""
-    calib_seq_len: int = defaults.CALIB_SEQ_LEN
-    """Tokens per calibration sample."""
-    tasks: tuple[str, ...] = defaults.TASKS
-    """Tasks to score."""
-    items: ItemChoice = ItemChoice()
-    """Whether KMMLU and MMLU come from the hub's full test sets or the offline sets, and why
-    (`kqe eval` decides it from the model and the environment, `evals.tasks.item_sets`)."""
-    limit: int | None = defaults.LIMIT
-    """Items per task at most (subject-stratified); None scores every item (`kqe eval`'s default online)."""
-    profile: str = defaults.CPU_PROFILE
-    """Serve profile: the one every checkpoint is scored under, or, with a target GPU, the one it
-    will be deployed with (its memory columns are planned or measured under it)."""
-    target_gpu: str | None = None
-    """GPU the checkpoints will be deployed on (evals/planning/gpus.toml name or alias); each is
-    planned on it before anything is built, and scored where it fits (`evals/planning/placement.py`)."""
-    gpu_gib: float | None = None
-    """The target as a memory size (GiB per GPU) instead of a named GPU."""
-    score_profile: str | None = None
-    """Profile items are scored under when the target is not this machine: every checkpoint on a
-    machine without a GPU (default `cpu-small`), the last fallback on one with GPUs."""
-    seed: int = defaults.SEED
-    """Seed of calibration sampling and item sampling."""
-    concurrency: int = defaults.CONCURRENCY
-    """Scoring requests in flight."""
-    load: bool = False
-    """Also measure serving capacity (`vllm bench serve` at 1, half, all of max-num-seqs) per checkpoint."""
-    load_duration_s: float = defaults.LOAD_DURATION_S
-    """Seconds of load per concurrency level when `load` is on."""
-    rag_data: str | None = None
-    """Folder with docs.jsonl + questions.jsonl that ko_rag scores instead of its built-in set."""
-    rag_conditions: tuple[str, ...] = DEFAULT_CONDITIONS
-    """ko_rag conditions scored (`evals/tasks/ko_rag/sweep.py`): retrieved, oracle, depth, closed_book."""
-    rag_chat_template: bool = False
-    """Wrap each ko_rag prompt in the model's chat template as a user turn (instruct checkpoints)."""
-    include_path: str | None = None
-    """Folder of a user's lm-eval task YAMLs, searched with lm-eval's own for `lm-eval:<task>` tasks."""
-    recipes: str | None = None
-    """TOML file of named recipes (`quantize.recipes`): its tables can be listed in `schemes`."""
-    extra: tuple[str, ...] = ()
-    """Pre-quantized checkpoints scored beside the built ones: model folders or `hf:org/name[@rev]`."""
-    trust_remote_code: bool = False
-    """Let vLLM run Python code shipped with the model (`auto_map`); refused without it."""
-    multiplicity: str = defaults.MULTIPLICITY[0]
-    """How accuracy p-values are adjusted for many tests (`kqe.core.defaults.MULTIPLICITY`): Holm
-    across each checkpoint's tasks, or Holm / Benjamini–Hochberg across every checkpoint × task."""
-    ppl_margin_pct: float = defaults.PPL_MARGIN_PCT
-    """Perplexity increase (percent) the perplexity verdicts take as acceptable."""
-    run: str | None = None
-    """Run name: the run's leaderboard, run.json, report, cards and plots go to
-    `results/<model>/runs/<run>/` instead of `results/<model>/`; per-item files and stage records
-    stay in `results/<model>/`, shared by every run of the model."""
-
-    def command(self) -> str:
-        parts = ["kqe", "eval", "--model", self.model, "--schemes", ",".join(self.schemes)]
-        parts += ["--calibration", ",".join(self.calibrations), "--calib-samples", str(self.calib_samples)]
-        parts += ["--calib-seq-len", str(self.calib_seq_len), "--tasks", ",".join(self.tasks)]
-        parts += ["--online" if self.items.online else "--offline", "--limit", str(self.limit or 0)]
-        parts += ["--profile", self.profile, "--seed", str(self.seed)]
-        if self.target_gpu:
-            parts += ["--target-gpu", self.target_gpu]
-        if self.gpu_gib:
-            parts += ["--gpu-gib", f"{self.gpu_gib:g}"]
-        if self.score_profile:
-            parts += ["--score-profile", self.score_profile]
-        if self.load:
-            parts += ["--load", "--load-duration-s", f"{self.load_duration_s:g}"]
-        if self.rag_data:
-            parts += ["--rag-data", self.rag_data]
-        if self.rag_conditions != DEFAULT_CONDITIONS:
-            parts += ["--rag-conditions", ",".join(self.rag_conditions)]
-        if self.rag_chat_template:
-            parts.append("--rag-chat-template")
-        if self.include_path:
-            parts += ["--include-path", self.include_path]
-        if self.trust_remote_code:
-            parts.append("--trust-remote-code")
-        if self.recipes:
-            parts += ["--recipes", self.recipes]
-        if self.extra:
-            parts += ["--extra", ",".join(self.extra)]
-        if self.multiplicity != defaults.MULTIPLICITY[0]:
-            parts += ["--multiplicity", self.multiplicity]
-        if self.ppl_margin_pct != defaults.PPL_MARGIN_PCT:
-            parts += ["--ppl-margin", f"{self.ppl_margin_pct:g}"]
-        if self.run:
-            parts += ["--run", self.run]
-        return shlex.join(parts)
 
 
 @dataclass(frozen=True)
@@ -213,7 +111,6 @@ def plan_run(cfg: EvalConfig, ws: Workspace, spec: ModelSpec) -> RunPlan:
     lm_eval_tasks(cfg)  # an unknown or generation lm-eval task is said before any build
     if cfg.rag_data and rag_task.TASK in cfg.tasks:  # a user's ko_rag folder reads, before any build
         rag_task.load_source(ws, Path(cfg.rag_data))
-    parse_conditions(",".join(cfg.rag_conditions))  # a config written by hand names real ones
     serve.check_serve_env(ws)
     local = hardware.local_device(ws.serve_venv)
     profile = hardware.for_device(named, local)  # the dtype of a `native` CPU profile, for this CPU

@@ -16,9 +16,10 @@ from pydantic import ValidationError
 from evals.planning.placement import Placement
 from evals.tasks import item_sets, prompts
 from evals.tasks.registry import TASK_SPECS
+from kqe.core.eval_config import EvalConfig
 from kqe.core.results import ScoreRun
 from kqe.core.workspace import Workspace
-from kqe.pipeline.config import EvalConfig, RunPlan
+from kqe.pipeline.config import RunPlan
 
 
 def describe(cfg: EvalConfig, plan: RunPlan, ws: Workspace) -> dict[str, Any]:

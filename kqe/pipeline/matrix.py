@@ -29,26 +29,6 @@ class MatrixEntry:
     """Calibration mix label (`ko70`, `ko60en40`), or None for a scheme without calibration."""
 
 
-def split_mixes(text: str) -> tuple[str, ...]:
-    """`ko70,en100` → (`ko70`, `en100`); the parts of a custom mix stay together:
-    `ko70,ko=0.6,en=0.4` → (`ko70`, `ko=0.6,en=0.4`)."""
-    mixes: list[str] = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        if "=" in part and mixes and "=" in mixes[-1] and part.split("=")[0] not in _langs(mixes[-1]):
-            mixes[-1] += f",{part}"
-        else:
-            mixes.append(part)
-    if not mixes:
-        raise UserError(f"calibration {text!r} names no mix: write e.g. ko70,en100 or ko=0.6,en=0.4")
-    return tuple(mixes)
-
-
-def _langs(custom_mix: str) -> set[str]:
-    return {part.split("=")[0].strip() for part in custom_mix.split(",")}
-
-
 def mix_label(mix: str) -> str:
     """Short name of a mix for checkpoint names: `ko70` as is, `ko=0.6,en=0.4` → `ko60en40`."""
     if mix in NAMED_MIXES:

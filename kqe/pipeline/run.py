@@ -23,11 +23,12 @@ from evals.statistics.perplexity_stats import PerplexityFindings
 from evals.tasks.ko_rag import metrics as rag_metrics
 from kqe.core.capacity import CapacityReport
 from kqe.core.errors import UserError
+from kqe.core.eval_config import EvalConfig
 from kqe.core.io import read_record, write_record
 from kqe.core.records import Checkpoint, MemoryReport
 from kqe.core.results import Comparison, Perplexity, PerplexityComparison, PerplexityGap, RunSummary
 from kqe.core.workspace import Workspace
-from kqe.pipeline.config import EvalConfig, Progress, RunMatrix, prepare_matrix
+from kqe.pipeline.config import Progress, RunMatrix, prepare_matrix
 from kqe.pipeline.executors import Executor, LocalExecutor
 from kqe.pipeline.matrix import BASE
 from kqe.pipeline.preview import SLOW_ITEMS_PER_S, preview, recorded_rates
@@ -85,7 +86,7 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress, executor: Execu
     board = matrix.board_dir / "leaderboard.csv"
     leaderboard.write_leaderboard(board, rows)
     summary = RunSummary(
-        config=cfg.model_dump(mode="json"), command=cfg.command(), wall_s=time.perf_counter() - started,
+        config=cfg, command=cfg.command(), wall_s=time.perf_counter() - started,
         calibrations=matrix.calibs, profile=matrix.profile, failures=failures, comparisons=comparisons,
         checkpoints=[o.checkpoint for o in outcomes.values() if o.checkpoint is not None],
         score_runs=[run for o in outcomes.values() for run in o.runs.values()],

@@ -28,8 +28,6 @@ from evals.tasks.ko_rag.questions import Question
 from evals.tasks.ko_rag.source import RagSource, cluster_of, sample_questions
 from evals.tasks.ko_rag.sweep import (
     CLOSED_BOOK,
-    CONDITIONS,
-    DEFAULT_CONDITIONS,
     LENGTHS,
     MC_TASK,
     ORACLE,
@@ -39,6 +37,7 @@ from evals.tasks.ko_rag.sweep import (
     open_book_labels,
 )
 from kqe.core.chat import Framing
+from kqe.core.defaults import RAG_CONDITIONS, RAG_DEFAULT_CONDITIONS
 from kqe.core.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -166,7 +165,7 @@ def build_rows(
     max_model_len: int,
     limit: int | None,
     seed: int,
-    conditions: tuple[str, ...] = DEFAULT_CONDITIONS,
+    conditions: tuple[str, ...] = RAG_DEFAULT_CONDITIONS,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows of every sampled question in every condition at every fitting length (closed-book first,
@@ -200,7 +199,7 @@ def build_rows(
         "label": source.label,
         "questions": len(questions),
         "types": dict(Counter(q.type for q in questions)),
-        "conditions": [name for name in CONDITIONS if name in conditions],
+        "conditions": [name for name in RAG_CONDITIONS if name in conditions],
         "chat_template": budgeter.frame != Framing(),
         "lengths": scored,
         "skipped": skipped,

@@ -14,29 +14,15 @@ Conditions (`--rag-conditions`, lm-eval metadata `ko_rag_conditions`):
 
 from __future__ import annotations
 
-from kqe.core.errors import UserError
+from kqe.core.defaults import RAG_CONDITIONS
 
 TASK = "ko_rag"
 MC_TASK = "ko_rag_mc"
 LENGTHS = {"1k": 1024, "2k": 2048, "4k": 4096, "16k": 16384}
 """The sweep: label -> tokens of the whole request. Fixed, because the leaderboard has a column per label."""
-RETRIEVED, ORACLE, DEPTH, CLOSED_BOOK = "retrieved", "oracle", "depth", "closed_book"
-CONDITIONS = (RETRIEVED, ORACLE, DEPTH, CLOSED_BOOK)
-DEFAULT_CONDITIONS = (RETRIEVED, ORACLE, CLOSED_BOOK)
-"""The oracle tells a reading loss from a retrieval miss, at the retrieved condition's cost again;
-closed-book prompts are a few dozen tokens. The depth grid costs five times the oracle: asked for."""
+RETRIEVED, ORACLE, DEPTH, CLOSED_BOOK = RAG_CONDITIONS
 DEPTH_GRID = {"depth0": 0.0, "depth25": 0.25, "depth50": 0.5, "depth75": 0.75, "depth100": 1.0}
 """Label -> where the `depth` condition puts the gold block: share of the distractor tokens before it."""
-
-
-def parse_conditions(text: str, option: str = "--rag-conditions") -> tuple[str, ...]:
-    """`retrieved,oracle` -> the conditions in CONDITIONS order; a one-line UserError for anything else."""
-    named = [part.strip() for part in text.split(",") if part.strip()]
-    unknown = [name for name in named if name not in CONDITIONS]
-    if unknown or not named:
-        what = f"names unknown {', '.join(unknown)}" if unknown else "names no condition"
-        raise UserError(f"{option} {text!r} {what}: give some of {','.join(CONDITIONS)}")
-    return tuple(name for name in CONDITIONS if name in named)
 
 
 def open_book_labels(conditions: tuple[str, ...]) -> dict[str, float | None]:

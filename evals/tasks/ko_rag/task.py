@@ -31,8 +31,9 @@ from typing import Any
 from evals.tasks.ko_rag.context import LETTERS, hf_budgeter
 from evals.tasks.ko_rag.rows import build_rows
 from evals.tasks.ko_rag.source import load_source
-from evals.tasks.ko_rag.sweep import DEFAULT_CONDITIONS, MC_TASK, TASK
+from evals.tasks.ko_rag.sweep import MC_TASK, TASK
 from evals.tasks.prompts import PromptItem
+from kqe.core.defaults import RAG_DEFAULT_CONDITIONS
 from kqe.core.errors import UserError
 from kqe.core.io import sha256_file, write_atomic
 from kqe.core.records import content_hash
@@ -51,8 +52,8 @@ MANIFEST_FILE = "ko_rag.source.json"
 class RagOptions:
     """How a run asks for ko_rag: which conditions, and whether prompts are chat turns."""
 
-    conditions: tuple[str, ...] = DEFAULT_CONDITIONS
-    """Conditions scored (`sweep.CONDITIONS`)."""
+    conditions: tuple[str, ...] = RAG_DEFAULT_CONDITIONS
+    """Conditions scored (`kqe.core.defaults.RAG_CONDITIONS`)."""
     chat_template: bool = False
     """Each prompt wrapped as the user turn of the model's chat template (instruct checkpoints)."""
 

@@ -55,11 +55,12 @@ def _prepared(
 
 def _rag_options(options: dict[str, Any]) -> Any:
     """The metadata's `ko_rag_conditions` and `ko_rag_chat_template` as task options."""
-    from evals.tasks.ko_rag.sweep import DEFAULT_CONDITIONS, parse_conditions
     from evals.tasks.ko_rag.task import RagOptions
+    from kqe.core.defaults import RAG_DEFAULT_CONDITIONS
+    from kqe.core.eval_config import parse_conditions
 
     named = options.get("ko_rag_conditions")
-    conditions = parse_conditions(str(named), "ko_rag_conditions") if named else DEFAULT_CONDITIONS
+    conditions = parse_conditions(str(named), "ko_rag_conditions") if named else RAG_DEFAULT_CONDITIONS
     chat = str(options.get("ko_rag_chat_template", "")).lower() in ("1", "true", "yes")
     return RagOptions(conditions, chat)
 
