@@ -117,9 +117,10 @@ def test_the_reproduce_command_keeps_its_shape() -> None:
         ({"rag_conditions": "retrieved,orcale"}, ("--rag-conditions", "orcale", "retrieved,oracle,depth")),
         ({"rag_conditions": ","}, ("--rag-conditions", "names no condition")),
         ({"rag_conditions": ("closed_book", "depht")}, ("depht",)),
+        ({"run": "../elsewhere"}, ("../elsewhere", "plain folder name")),
     ],
 )
-def test_a_bad_comma_list_is_one_line_naming_it(fields: dict[str, Any], needles: tuple[str, ...]) -> None:
+def test_a_bad_value_is_one_line_naming_it(fields: dict[str, Any], needles: tuple[str, ...]) -> None:
     with pytest.raises(UserError) as raised:
         EvalConfig(**fields)
     assert "\n" not in str(raised.value) and all(needle in str(raised.value) for needle in needles)

@@ -16,6 +16,7 @@ from pydantic import field_validator
 from kqe.core import defaults
 from kqe.core.errors import UserError
 from kqe.core.records import ItemChoice, Record
+from kqe.core.workspace import safe_name
 
 
 def split_list(value: str) -> tuple[str, ...]:
@@ -167,6 +168,15 @@ class EvalConfig(Record):
     @classmethod
     def _blank_is_unset(cls, value: Any) -> Any:
         return value or None  # an option given empty (`--run ""`, make's `RUN=`) is not given
+
+    @field_validator("run")
+    @classmethod
+    def _plain_folder_name(cls, run: str | None) -> str | None:
+        if run is not None and safe_name(run) != run:  # it names a folder under results/<model>/runs/
+            raise UserError(
+                f"run name {run!r} is not a plain folder name: use letters, digits, '.', '_', '-'"
+            )
+        return run
 
     def command(self) -> str:
         """The `kqe eval` line that computes this config again on any machine."""

@@ -25,7 +25,7 @@ from kqe.core.eval_config import EvalConfig
 from kqe.core.modelstore import LocalModel, local_model
 from kqe.core.records import CalibrationSet, ModelSpec, ServeProfile
 from kqe.core.registry import check_remote_code, resolve_model
-from kqe.core.workspace import Workspace, safe_name
+from kqe.core.workspace import Workspace
 from kqe.pipeline.matrix import BASE, MatrixEntry, calibration_references, mix_label, plan_matrix
 from quantize import build, calibration, contamination, external, schemes
 from quantize.recipes import resolve_recipes
@@ -70,10 +70,6 @@ class RunMatrix:
     prompts: dict[str, list[prompts.PromptItem]]
     sources: dict[str, str]
     """Task → what its items are (`KMMLU-HARD dev (offline, 225 items), 0-shot`), for every output."""
-    out: Path
-    """`results/<model>/`: per-item files, stage records and server logs of every run of the model."""
-    board_dir: Path
-    """Where this run's leaderboard, run.json, report, cards and plots go."""
     progress: Progress
     rag: rag_task.PreparedRag | None = None
     """ko_rag's items when the run scores it (its choice items are also in `prompts`)."""
@@ -86,6 +82,16 @@ class RunMatrix:
     def profile(self) -> ServeProfile:
         return self.plan.profile
 
+    @property
+    def out(self) -> Path:
+        """`results/<model>/`: per-item files, stage records and server logs of every run of the model."""
+        return self.ws.results(self.plan.spec.name)
+
+    @property
+    def board_dir(self) -> Path:
+        """Where this run's leaderboard, run.json, report, cards and plots go."""
+        return self.out / "runs" / self.cfg.run if self.cfg.run else self.out
+
     def score_profile(self, checkpoint: str) -> ServeProfile:
         """The profile `checkpoint` is served under for scoring (its placement's)."""
         score = self.plan.placement.of(checkpoint).score
@@ -95,7 +101,6 @@ class RunMatrix:
 def plan_run(cfg: EvalConfig, ws: Workspace, spec: ModelSpec) -> RunPlan:
     """The checkpoints of `spec` (`cfg.model` resolved), their recipes and their placements: cheap
     checks of every input, no download."""
-    _board_dir(ws.results(spec.name), cfg.run)
     named = serve.load_profile(cfg.profile)
     recipes = resolve_recipes([BASE, *cfg.schemes], Path(cfg.recipes) if cfg.recipes else None)
     needs_calibration = {name: schemes.scheme_info(r.scheme).needs_calibration for name, r in recipes.items()}
@@ -188,16 +193,15 @@ def prepare_matrix(cfg: EvalConfig, ws: Workspace, progress: Progress) -> RunMat
         )  # fmt: skip
         progress("calibration sets", done + 1, len(parsed))
     references = calibration_references(entries, {label: mix.get("ko", 0.0) for label, mix in parsed.items()})
-    out = ws.results(spec.name)
     return RunMatrix(
-        cfg, ws, plan, base, calibs, references, task_prompts, sources, out, _board_dir(out, cfg.run),
-        progress, rag,
-    )  # fmt: skip
-
-
-def _board_dir(out: Path, run: str | None) -> Path:
-    if run is None:
-        return out
-    if safe_name(run) != run:
-        raise UserError(f"run name {run!r} is not a plain folder name: use letters, digits, '.', '_', '-'")
-    return out / "runs" / run
+        cfg=cfg,
+        ws=ws,
+        plan=plan,
+        base=base,
+        calibs=calibs,
+        references=references,
+        prompts=task_prompts,
+        sources=sources,
+        progress=progress,
+        rag=rag,
+    )
