@@ -27,8 +27,8 @@ from evals.tasks.registry import COLUMN_LABELS, COLUMN_PREFIXES
 from kqe.core.errors import UserError
 from kqe.core.records import ModelSpec, Record, ServeProfile
 from kqe.core.results import RunSummary
+from kqe.core.schemes import BASE_SCHEME
 
-BASE_SCHEME = "bf16"
 MAX_TENSOR_PARALLEL = 8
 
 

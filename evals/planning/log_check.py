@@ -24,7 +24,6 @@ from evals.planning.plan_evaluation import evaluate
 from evals.planning.planner import validate
 from evals.planning.vllm_memory import (
     FITTED_OVERHEADS,
-    WEIGHT_FORMATS,
     Overheads,
     PlanRequest,
     VllmEngine,
@@ -34,6 +33,7 @@ from evals.serving.memory import parse_memory
 from kqe.core.errors import UserError
 from kqe.core.records import ModelSpec, Record
 from kqe.core.registry import dense_param_count, load_registry
+from kqe.core.schemes import SCHEMES
 
 CORPUS_DIR = Path(__file__).with_name("gpu_logs")
 MEASURES = ("weights_gib", "kv_cache_gib", "kv_cache_tokens")
@@ -184,7 +184,7 @@ def _entry(file: Path, raw: dict, models: dict[str, ModelSpec]) -> tuple[LogEntr
             f"log corpus {file}: log {name!r}: unknown model {entry.model!r}: use a registry name or "
             f"describe it in a [models.{entry.model!r}] table"
         )
-    if entry.scheme not in WEIGHT_FORMATS:
+    if entry.scheme not in SCHEMES:
         raise UserError(f"log corpus {file}: log {name!r}: unknown scheme {entry.scheme!r}")
     return entry, models[entry.model]
 
