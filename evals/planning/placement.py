@@ -93,15 +93,21 @@ class PlacementPlan(Record):
         return next(p for p in self.checkpoints if p.checkpoint == checkpoint)
 
 
-def target_from(gpu: Gpu | None, gpu_gib: float | None, profile: ServeProfile) -> Target:
-    """The target of `--target-gpu` (a named GPU) or `--gpu-gib` (memory alone) with its profile."""
+def target_from(
+    gpu: Gpu | None, gpu_gib: float | None, profile: ServeProfile, count: int | None = None
+) -> Target:
+    """The target of `--target-gpu` (a named GPU) or `--gpu-gib` (memory alone) with its profile, on
+    `count` GPUs (default: the profile's tensor parallel size)."""
     if gpu is None and not (gpu_gib and gpu_gib > 0):
         raise UserError("no target GPU: give --target-gpu NAME or --gpu-gib N (GiB per GPU, above 0)")
     return Target(
-        gpu=gpu.name if gpu else None, label=gpu.label if gpu else f"a {gpu_gib:g} GiB GPU",
-        gpu_gib=gpu.memory_gib if gpu else float(gpu_gib or 0), profile=profile,
-        compute_capability=gpu.compute_capability if gpu else None, count=profile.tensor_parallel_size,
-    )  # fmt: skip
+        gpu=gpu.name if gpu else None,
+        label=gpu.label if gpu else f"a {gpu_gib:g} GiB GPU",
+        gpu_gib=gpu.memory_gib if gpu else float(gpu_gib or 0),
+        compute_capability=gpu.compute_capability if gpu else None,
+        count=count or profile.tensor_parallel_size,
+        profile=profile,
+    )
 
 
 def check_profile(model: ModelSpec, profile: ServeProfile, device: str, what: str) -> None:
