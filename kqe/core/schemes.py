@@ -33,7 +33,8 @@ class SchemeInfo:
     """The `quantization_config` the build must produce: the compressed-tensors `format`, or `awq`
     for autoawq's own format (None: the base)."""
     serving: str
-    """What can serve it (engine builds, dtypes, GPU generations); `quantize.hardware` checks it."""
+    """What can serve it (engine builds, dtypes, GPU generations), said for people: the verdict comes
+    from the checkpoint's config (`evals/serving/hardware.py`)."""
     bits: int
     """Bits per weight of its linear layers."""
     group_size: int | None = None
