@@ -90,7 +90,7 @@ def measure(
     calibration: str = "ko70",
 ) -> list[dict[str, object]]:
     """One row per scheme: median wall time of `kqe quantize` and of the bare script, their ratio."""
-    from quantize.schemes import scheme_info
+    from kqe.core.schemes import scheme_info
 
     unknown = [scheme for scheme in schemes if scheme not in BARE_SCHEMES]
     if unknown:

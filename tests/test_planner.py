@@ -11,7 +11,6 @@ from click.testing import CliRunner
 
 from evals.planning.planner import plan
 from evals.planning.vllm_memory import (
-    WEIGHT_FORMATS,
     PlanRequest,
     kv_bytes_per_token,
     load_gpus,
@@ -24,7 +23,6 @@ from kqe.commands.plan import plan_command
 from kqe.core.errors import UserError
 from kqe.core.records import ModelSpec
 from kqe.core.registry import load_registry, spec_from_config, spec_from_local_dir
-from quantize.schemes import SCHEMES
 
 DATA = Path(__file__).parent / "data"
 ISSUE_KEYS = {
@@ -247,10 +245,6 @@ def test_tensor_parallel_sizes_divide_heads_and_keep_awq_groups_whole() -> None:
     assert 8 not in valid_tensor_parallel_sizes(spec, "awq-w4a16")
     halves = weights_bytes(spec, "bf16", 2) / weights_bytes(spec, "bf16", 1)
     assert halves == pytest.approx(0.5, abs=0.01)
-
-
-def test_every_scheme_of_the_registry_has_a_weight_format() -> None:
-    assert set(WEIGHT_FORMATS) == set(SCHEMES)
 
 
 NOMINAL_GB = {

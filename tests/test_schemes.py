@@ -13,11 +13,12 @@ from evals.serving import hardware
 from kqe.core import defaults
 from kqe.core.errors import UserError
 from kqe.core.modelstore import LocalModel
+from kqe.core.schemes import SCHEMES
 from kqe.core.workspace import Workspace
 from quantize import external, formats, layout
 from quantize.build import check_recipe
 from quantize.recipes import load_recipe_file, parse_options, resolve_recipes
-from quantize.schemes import SCHEMES, GptqW4A16Recipe, W8A8Int8Recipe, recipe_for
+from quantize.schemes import GptqW4A16Recipe, W8A8Int8Recipe, recipe_for
 from tests.conftest import w4a16_serving_here
 
 CPU = hardware.Device("cpu")
@@ -42,6 +43,8 @@ def test_every_scheme_of_the_issue_is_registered_with_its_builder() -> None:
     assert calibrated == {"awq-w4a16", "autoawq-w4a16", "gptq-w4a16", "fp8-static", "w8a8-int8"}
     assert SCHEMES["autoawq-w4a16"].builder == "autoawq" and SCHEMES["bf16"].builder == "base"
     assert all(recipe_for(name).scheme == name for name in SCHEMES)
+    # a grouped recipe's default group size is its registry entry's
+    assert all(recipe_for(name).layer_group_size() == info.group_size for name, info in SCHEMES.items())
 
 
 def test_recipe_file_names_variants_and_overrides_defaults(tmp_path: Path) -> None:

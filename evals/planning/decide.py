@@ -20,15 +20,16 @@ from dataclasses import dataclass
 
 from pydantic import computed_field
 
+from evals.planning.placement import Target
 from evals.planning.planner import Plan, plan
-from evals.planning.vllm_memory import Gpu, PlanRequest
+from evals.planning.vllm_memory import Gpu, PlanRequest, load_gpus
 from evals.reporting.leaderboard_row import LeaderboardRow
 from evals.tasks.registry import COLUMN_LABELS, COLUMN_PREFIXES
 from kqe.core.errors import UserError
 from kqe.core.records import ModelSpec, Record, ServeProfile
 from kqe.core.results import RunSummary
+from kqe.core.schemes import BASE_SCHEME
 
-BASE_SCHEME = "bf16"
 MAX_TENSOR_PARALLEL = 8
 
 
@@ -48,17 +49,12 @@ def points(fraction: float) -> str:
 
 
 @dataclass(frozen=True)
-class Target:
-    """Where the checkpoint will run and under which serve settings."""
+class Deployment:
+    """What `kqe choose` plans for: the model on the target (a named GPU, how many, the serve
+    profile), and whether the run measured it there."""
 
     model: ModelSpec
-    gpu: Gpu
-    count: int
-    """GPUs (tensor parallel size)."""
-    profile: ServeProfile
-    """Serve settings planned under (max-model-len, max-num-seqs, utilization, caching)."""
-    gpus: tuple[Gpu, ...]
-    """Every named GPU, for "a bigger GPU would" advice."""
+    target: Target
     measured: bool = False
     """The leaderboard's memory columns were measured on this GPU class under this profile."""
 
@@ -144,21 +140,28 @@ def measured_applies(run: RunSummary | None, gpu: Gpu, profile: ServeProfile, co
     return on_gpu and profile.gpu == gpu.name
 
 
-def _plan(target: Target, scheme: str, gpu: Gpu | None = None, count: int | None = None) -> Plan:
+def _plan(deployment: Deployment, scheme: str, gpu: Gpu | None = None, count: int | None = None) -> Plan:
+    """The planner on `count` × `gpu`, by default the target's own."""
+    target = deployment.target
     request = PlanRequest.for_profile(
-        target.model, scheme, target.profile, engine="gpu", gpu=gpu or target.gpu
+        deployment.model, scheme, target.profile, engine="gpu", gpu=gpu, gpu_gib=target.gpu_gib
     )
+    if gpu is None:
+        request = request.model_copy(
+            update={"gpu": target.gpu, "compute_capability": target.compute_capability}
+        )
     return plan(request.model_copy(update={"tensor_parallel_size": count or target.count}))
 
 
-def _memory(row: LeaderboardRow, target: Target) -> Memory:
-    if target.measured and row.max_concurrency is not None:
+def _memory(row: LeaderboardRow, deployment: Deployment) -> Memory:
+    target = deployment.target
+    if deployment.measured and row.max_concurrency is not None:
         return Memory(
             source=f"measured (vLLM log, profile {target.profile.name})", weights_gib=row.weights_gib,
             kv_cache_gib=row.kv_cache_gib, kv_cache_tokens=row.kv_cache_tokens,
             max_concurrency=row.max_concurrency, fits=True, summary="served by vLLM in the run",
         )  # fmt: skip
-    result = _plan(target, row.scheme)
+    result = _plan(deployment, row.scheme)
     return Memory(
         source=f"planner, profile {target.profile.name}; the run did not measure this GPU",
         weights_gib=result.weights_gib, kv_cache_gib=result.kv_cache_gib,
@@ -194,7 +197,7 @@ def _other_tasks(row: LeaderboardRow, prefix: str) -> str:
 
 
 def judge(
-    row: LeaderboardRow, target: Target, prefix: str, max_loss: float, min_concurrency: float
+    row: LeaderboardRow, deployment: Deployment, prefix: str, max_loss: float, min_concurrency: float
 ) -> Candidate:
     """One row against the quality budget (points) and the target's memory."""
     cells = _task_cells(row, prefix)
@@ -210,7 +213,7 @@ def judge(
     quality_ok = not reasons
     memory: Memory | None = None
     try:
-        memory = _memory(row, target)
+        memory = _memory(row, deployment)
     except UserError as exc:
         reasons.append(f"planner: {exc}")
     if memory is not None and not memory.fits:
@@ -236,7 +239,7 @@ def _rank_key(c: Candidate) -> tuple:
 
 
 def choose(
-    rows: Sequence[LeaderboardRow], target: Target, task: str, max_loss: float, min_concurrency: float
+    rows: Sequence[LeaderboardRow], deployment: Deployment, task: str, max_loss: float, min_concurrency: float
 ) -> Choice:
     """The checkpoint to deploy on the target, its runner-up, and the reasons."""
     if max_loss < 0:
@@ -247,7 +250,7 @@ def choose(
             f"the leaderboard holds {len(models)} models ({', '.join(models)}): pass --model NAME"
         )
     prefix = task_prefix(task)
-    ranked = sorted((judge(r, target, prefix, max_loss, min_concurrency) for r in rows), key=_rank_key)
+    ranked = sorted((judge(r, deployment, prefix, max_loss, min_concurrency) for r in rows), key=_rank_key)
     if all(c.memory is None for c in ranked):  # the target itself is wrong (e.g. the GPU count)
         raise UserError(
             next(r for r in ranked[0].reasons if r.startswith("planner: ")).removeprefix("planner: ")
@@ -255,16 +258,17 @@ def choose(
     chosen = ranked[0] if ranked[0].qualifies else None
     runner_up = ranked[1] if chosen and len(ranked) > 1 else None
     base = next((c for c in ranked if c.scheme == BASE_SCHEME), None)
+    target = deployment.target
     choice = Choice(
-        model=models[0], gpu=target.gpu.name, gpu_gib=target.gpu.memory_gib, count=target.count, task=prefix,
-        max_loss=max_loss, min_concurrency=min_concurrency, profile=target.profile.name,
+        model=models[0], gpu=target.gpu or target.label, gpu_gib=target.gpu_gib, count=target.count,
+        task=prefix, max_loss=max_loss, min_concurrency=min_concurrency, profile=target.profile.name,
         max_model_len=target.profile.max_model_len, chosen=chosen, runner_up=runner_up, candidates=ranked,
         lines=[], would_qualify=[],
     )  # fmt: skip
     if chosen is None:
         lines = [f"no checkpoint qualifies on {_target_label(choice)}:"]
         lines += [f"  {c.checkpoint}: {'; '.join(c.reasons)}" for c in ranked]
-        would = what_would_qualify(ranked, target, max_loss, min_concurrency)
+        would = what_would_qualify(ranked, deployment, max_loss, min_concurrency)
         return choice.model_copy(update={"lines": lines, "would_qualify": would})
     return choice.model_copy(update={"lines": explain(choice, chosen, runner_up, base)})
 
@@ -319,12 +323,13 @@ def explain(
 
 
 def _first_fit(
-    candidates: list[Candidate], target: Target, min_concurrency: float, gpu: Gpu, count: int
+    candidates: list[Candidate], deployment: Deployment, min_concurrency: float, gpu: Gpu | None, count: int
 ) -> tuple[Candidate, Plan] | None:
-    """The best-ranked candidate that fits `count` × `gpu` with the concurrency asked, and its plan."""
+    """The best-ranked candidate that fits `count` × `gpu` (None: the target's) with the concurrency
+    asked, and its plan."""
     for c in candidates:
         try:
-            result = _plan(target, c.scheme, gpu, count)
+            result = _plan(deployment, c.scheme, gpu, count)
         except UserError:  # e.g. a tensor parallel size this model cannot be split into
             continue
         if result.fits and result.max_concurrency >= min_concurrency:
@@ -338,22 +343,25 @@ def _budget_needed(c: Candidate) -> float:
 
 
 def what_would_qualify(
-    ranked: list[Candidate], target: Target, max_loss: float, min_concurrency: float
+    ranked: list[Candidate], deployment: Deployment, max_loss: float, min_concurrency: float
 ) -> list[str]:
     """Each change that would make some checkpoint qualify (more GPUs, a bigger GPU, a lower concurrency,
     a looser budget, more items), re-planned with the planner."""
     scored = [c for c in ranked if c.status == "ok" and c.ci_low is not None]
     in_budget = [c for c in scored if c.quality_ok]
-    hardware = [(f"--count {n}", target.gpu, n) for n in range(target.count + 1, MAX_TENSOR_PARALLEL + 1)]
+    target = deployment.target
+    hardware: list[tuple[str, Gpu | None, int]] = [
+        (f"--count {n}", None, n) for n in range(target.count + 1, MAX_TENSOR_PARALLEL + 1)
+    ]
     bigger = sorted(
-        (g for g in target.gpus if g.memory_gib > target.gpu.memory_gib), key=lambda g: g.memory_gib
+        (g for g in load_gpus().values() if g.memory_gib > target.gpu_gib), key=lambda g: g.memory_gib
     )
     hardware += [(f"--gpu {g.name} ({g.memory_gib:g} GiB)", g, target.count) for g in bigger]
     lines: list[str] = []
     for kind in ("--count", "--gpu"):
         for option, gpu, count in (h for h in hardware if h[0].startswith(kind)):
             # nothing within budget: still say which hardware the least lossy checkpoint needs
-            if found := _first_fit(in_budget or scored, target, min_concurrency, gpu, count):
+            if found := _first_fit(in_budget or scored, deployment, min_concurrency, gpu, count):
                 c, result = found
                 budget = "" if c.quality_ok else f" with --max-loss {_budget_needed(c):.1f}"
                 lines.append(

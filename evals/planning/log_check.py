@@ -16,15 +16,14 @@ import re
 import statistics
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError, model_validator
 
 from evals.planning.plan_evaluation import evaluate
 from evals.planning.planner import validate
 from evals.planning.vllm_memory import (
     FITTED_OVERHEADS,
-    WEIGHT_FORMATS,
     Overheads,
     PlanRequest,
     VllmEngine,
@@ -32,8 +31,9 @@ from evals.planning.vllm_memory import (
 )
 from evals.serving.memory import parse_memory
 from kqe.core.errors import UserError
-from kqe.core.records import ModelSpec, Record
+from kqe.core.records import EngineSettings, ModelSpec, Record
 from kqe.core.registry import dense_param_count, load_registry
+from kqe.core.schemes import SCHEMES
 
 CORPUS_DIR = Path(__file__).with_name("gpu_logs")
 MEASURES = ("weights_gib", "kv_cache_gib", "kv_cache_tokens")
@@ -48,10 +48,8 @@ _NON_TORCH = re.compile(
 _CUDA_GRAPHS = re.compile(r"Estimated CUDA graph memory: ([\d.]+) GiB")
 
 
-class LogEntry(BaseModel):
+class LogEntry(EngineSettings):
     """One vLLM start of the corpus: provenance, the settings it ran with, its memory lines."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     id: str
     url: str
@@ -64,18 +62,25 @@ class LogEntry(BaseModel):
     gpu: str
     gpu_gib: float | None = None
     """Total GPU memory as the log states it; None: the GPU's of gpus.toml."""
-    tensor_parallel_size: int
-    max_model_len: int
-    max_num_seqs: int
     max_num_batched_tokens: int | None = None
-    gpu_memory_utilization: float
-    kv_cache_dtype: str
-    enforce_eager: bool = False
     block_size: int = 16
     kv_settings_unknown: str | None = None
     """Why the KV cannot be planned from this log (only its weights are compared)."""
     settings_line: str
     memory_lines: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _states_its_settings(cls, data: Any) -> Any:
+        """A log states what it ran with where a profile would fall back on a default."""
+        missing = [name for name in _STATED if isinstance(data, dict) and name not in data]
+        if missing:
+            raise ValueError(f"{missing[0]}: field required")
+        return data
+
+
+_STATED = ("tensor_parallel_size", "gpu_memory_utilization", "kv_cache_dtype")
+"""Engine settings whose profile defaults say nothing about a published log."""
 
 
 class LogCheckRow(Record):
@@ -184,7 +189,7 @@ def _entry(file: Path, raw: dict, models: dict[str, ModelSpec]) -> tuple[LogEntr
             f"log corpus {file}: log {name!r}: unknown model {entry.model!r}: use a registry name or "
             f"describe it in a [models.{entry.model!r}] table"
         )
-    if entry.scheme not in WEIGHT_FORMATS:
+    if entry.scheme not in SCHEMES:
         raise UserError(f"log corpus {file}: log {name!r}: unknown scheme {entry.scheme!r}")
     return entry, models[entry.model]
 
@@ -205,15 +210,10 @@ def request_for(entry: LogEntry, model: ModelSpec) -> PlanRequest:
         gpu=gpu.name,
         gpu_gib=entry.gpu_gib or gpu.memory_gib,
         compute_capability=gpu.compute_capability,
-        tensor_parallel_size=entry.tensor_parallel_size,
-        max_model_len=entry.max_model_len,
-        max_num_seqs=entry.max_num_seqs,
         max_num_batched_tokens=entry.max_num_batched_tokens,
-        gpu_memory_utilization=entry.gpu_memory_utilization,
-        kv_cache_dtype=entry.kv_cache_dtype,
-        enforce_eager=entry.enforce_eager,
         vllm_version=(major, minor),
         vllm_engine=entry.vllm_engine,
+        **entry.model_dump(include=set(EngineSettings.model_fields)),
     )
     try:
         validate(req)

@@ -25,10 +25,11 @@ import math
 from typing import Literal
 
 from evals.planning.planner import Plan, plan
-from evals.planning.vllm_memory import WEIGHT_FORMATS, Gpu, PlanRequest, valid_tensor_parallel_sizes
+from evals.planning.vllm_memory import Gpu, PlanRequest, valid_tensor_parallel_sizes
 from evals.serving.hardware import Device
 from kqe.core.errors import UserError
 from kqe.core.records import ModelSpec, Record, ServeProfile
+from kqe.core.schemes import BASE_SCHEME, SCHEMES
 
 OFFLOAD_MARGIN_GIB = 1.0
 """Offloaded beyond the planned shortfall: the overhead is a model, not a measurement."""
@@ -92,15 +93,21 @@ class PlacementPlan(Record):
         return next(p for p in self.checkpoints if p.checkpoint == checkpoint)
 
 
-def target_from(gpu: Gpu | None, gpu_gib: float | None, profile: ServeProfile) -> Target:
-    """The target of `--target-gpu` (a named GPU) or `--gpu-gib` (memory alone) with its profile."""
+def target_from(
+    gpu: Gpu | None, gpu_gib: float | None, profile: ServeProfile, count: int | None = None
+) -> Target:
+    """The target of `--target-gpu` (a named GPU) or `--gpu-gib` (memory alone) with its profile, on
+    `count` GPUs (default: the profile's tensor parallel size)."""
     if gpu is None and not (gpu_gib and gpu_gib > 0):
         raise UserError("no target GPU: give --target-gpu NAME or --gpu-gib N (GiB per GPU, above 0)")
     return Target(
-        gpu=gpu.name if gpu else None, label=gpu.label if gpu else f"a {gpu_gib:g} GiB GPU",
-        gpu_gib=gpu.memory_gib if gpu else float(gpu_gib or 0), profile=profile,
-        compute_capability=gpu.compute_capability if gpu else None, count=profile.tensor_parallel_size,
-    )  # fmt: skip
+        gpu=gpu.name if gpu else None,
+        label=gpu.label if gpu else f"a {gpu_gib:g} GiB GPU",
+        gpu_gib=gpu.memory_gib if gpu else float(gpu_gib or 0),
+        compute_capability=gpu.compute_capability if gpu else None,
+        count=count or profile.tensor_parallel_size,
+        profile=profile,
+    )
 
 
 def check_profile(model: ModelSpec, profile: ServeProfile, device: str, what: str) -> None:
@@ -110,7 +117,7 @@ def check_profile(model: ModelSpec, profile: ServeProfile, device: str, what: st
             f"{what} {profile.name} sets cpu_offload_gib, a GPU setting (--cpu-offload-gb): the CPU "
             "engine holds every weight in memory already; use a profile without it"
         )
-    valid = valid_tensor_parallel_sizes(model, "bf16")
+    valid = valid_tensor_parallel_sizes(model, BASE_SCHEME)
     if profile.tensor_parallel_size not in valid:
         raise UserError(
             f"{what} {profile.name}: tensor parallel size {profile.tensor_parallel_size} does not divide "
@@ -223,7 +230,7 @@ def _plan(
     model: ModelSpec, scheme: str, profile: ServeProfile, gpu_gib: float, capability: str | None, count: int
 ) -> Plan | None:
     """The planner for one format on a GPU of `gpu_gib`; None for a format it does not know."""
-    if scheme not in WEIGHT_FORMATS:
+    if scheme not in SCHEMES:
         return None
     request = PlanRequest.for_profile(model, scheme, profile, engine="gpu", gpu_gib=gpu_gib)
     return plan(request.model_copy(update={"tensor_parallel_size": count, "compute_capability": capability}))

@@ -15,18 +15,17 @@ from evals.planning.vllm_memory import (
     DEDICATED_UTILIZATION,
     FITTED_OVERHEADS,
     KV_CACHE_DTYPE_BYTES,
-    WEIGHT_FORMATS,
     GiB,
     KvCapacity,
     Overheads,
     PlanRequest,
-    WeightFormat,
     batched_tokens,
     kv_capacity,
     overhead_parts,
     valid_tensor_parallel_sizes,
     weights_bytes,
 )
+from kqe.core.schemes import SCHEMES, SchemeInfo
 
 Pattern = Literal["A", "B", "C", "D"]
 MAX_GPUS_PER_NODE = 8
@@ -167,7 +166,7 @@ def _quantization_advice(ev: Evaluation) -> list[str]:
     current = weights_bytes(req.model, req.scheme, req.tensor_parallel_size)
     lighter = sorted(
         (s for s in ADVISED_SCHEMES if weights_bytes(req.model, s, req.tensor_parallel_size) < current),
-        key=lambda s: -_bits(WEIGHT_FORMATS[s]),
+        key=lambda s: -_bits(SCHEMES[s]),
     )
     lines = []
     for scheme in lighter:
@@ -182,7 +181,7 @@ def _quantization_advice(ev: Evaluation) -> list[str]:
     return lines
 
 
-def _bits(fmt: WeightFormat) -> float:
+def _bits(fmt: SchemeInfo) -> float:
     return fmt.bits + (16 / fmt.group_size if fmt.group_size else 0)
 
 

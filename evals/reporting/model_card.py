@@ -7,13 +7,14 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 
-from evals.planning.decide import BASE_SCHEME, points
+from evals.planning.decide import points
 from evals.reporting.leaderboard_row import LeaderboardRow, scored_tasks
 from evals.reporting.plots import task_label
 from evals.reporting.rag_report import percent, retrieved_delta, scored_lengths
 from evals.reporting.report_text import caveats, cell, checkpoint_caveats, delta_ci
 from kqe.core.records import Checkpoint, ModelSpec
 from kqe.core.results import RunSummary
+from kqe.core.schemes import BASE_SCHEME
 
 
 def _items_scored(run: RunSummary | None, checkpoint: str, task_prefix: str) -> int | None:

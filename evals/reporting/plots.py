@@ -12,11 +12,11 @@ from itertools import cycle
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from evals.planning.decide import BASE_SCHEME
 from evals.reporting.leaderboard_row import LeaderboardRow, scored_tasks
 from evals.tasks.registry import COLUMN_LABELS
 from kqe.core.io import write_atomic
 from kqe.core.results import RunSummary
+from kqe.core.schemes import BASE_SCHEME
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from evals.planning.decide import BASE_SCHEME, points
+from evals.planning.decide import points
 from evals.reporting import plots as figures
 from evals.reporting.capacity_report import capacity_section
 from evals.reporting.leaderboard import read_leaderboard
@@ -24,6 +24,7 @@ from kqe.core.errors import UserError
 from kqe.core.io import owned_folder, write_atomic
 from kqe.core.records import ModelSpec
 from kqe.core.results import RunSummary
+from kqe.core.schemes import BASE_SCHEME
 from kqe.core.workspace import safe_name
 
 REPORT_FILES = ".report-files.json"
@@ -271,7 +272,7 @@ def _introduction(rows: Sequence[LeaderboardRow], spec: ModelSpec | None) -> lis
 
 
 def _base_name(rows: Sequence[LeaderboardRow]) -> str:
-    return next((r.checkpoint for r in rows if r.scheme == BASE_SCHEME), "bf16")
+    return next((r.checkpoint for r in rows if r.scheme == BASE_SCHEME), BASE_SCHEME)
 
 
 def _section(title: str, body: Sequence[str]) -> list[str]:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from evals.planning.decide import BASE_SCHEME
 from evals.reporting.leaderboard_row import LeaderboardRow, scored_tasks
 from evals.reporting.plots import task_label, task_values
 from kqe.core.records import ModelSpec
 from kqe.core.results import RunSummary
+from kqe.core.schemes import BASE_SCHEME
 from kqe.core.text import markdown_cell
 
 NEAR_CHANCE = 0.30

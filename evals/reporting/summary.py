@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from evals.planning.decide import BASE_SCHEME
 from evals.reporting.leaderboard_row import LeaderboardRow, scored_tasks
 from evals.reporting.rag_report import retrieved_delta, scored_lengths
 from evals.reporting.report_text import cell, delta_ci
+from kqe.core.schemes import BASE_SCHEME
 from kqe.core.text import printable
 
 

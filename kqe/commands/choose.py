@@ -7,24 +7,24 @@ from pathlib import Path
 
 import click
 
-from evals.planning.decide import Choice, Target, choose, measured_applies, profile_for_gpu
+from evals.planning.decide import Choice, Deployment, choose, measured_applies, profile_for_gpu
 from evals.reporting.leaderboard_row import LeaderboardRow
 from kqe.commands.guard import Number, echo, run_guarded
 from kqe.core.errors import UserError
 
 
-def load_target(
+def load_deployment(
     board: Path, rows: list[LeaderboardRow], gpu_name: str, count: int | None, profile_name: str | None
-) -> Target:
+) -> Deployment:
     """The target from the options: the model through the registry, the GPU table, the serve profile
     (given, else the GPU's default one, else the run's), and whether the run measured it there."""
-    from evals.planning.vllm_memory import gpu_named, load_gpus
+    from evals.planning.placement import target_from
+    from evals.planning.vllm_memory import gpu_named
     from evals.reporting.report import read_run_summary
     from evals.serving.serve import load_profile, serve_profiles
     from kqe.core.registry import resolve_model
     from kqe.core.workspace import Workspace
 
-    gpus = load_gpus()
     gpu = gpu_named(gpu_name)
     if count is not None and count < 1:
         raise UserError(f"--count {count}: give the number of GPUs (1 or more)")
@@ -38,7 +38,7 @@ def load_target(
         profile = run.profile if run else load_profile(rows[0].serve_profile.split(":")[0])
     count = count or profile.tensor_parallel_size
     measured = measured_applies(run, gpu, profile, count)
-    return Target(model, gpu, count, profile, tuple(gpus.values()), measured)
+    return Deployment(model, target_from(gpu, None, profile, count), measured)
 
 
 def render(choice: Choice) -> str:
@@ -101,7 +101,7 @@ def choose_command(
             if not rows:
                 raise UserError(f"leaderboard {board} has no rows of model {model!r}")
         result = choose(
-            rows, load_target(board, rows, gpu_name, count, profile), task, max_loss, min_concurrency
+            rows, load_deployment(board, rows, gpu_name, count, profile), task, max_loss, min_concurrency
         )
         echo(result.to_json() if as_json else render(result))
 

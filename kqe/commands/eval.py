@@ -269,7 +269,7 @@ def _print_answer(cfg: EvalConfig, board: Path, rows: list[Any]) -> None:
     from evals.reporting.report import read_run_summary
     from evals.reporting.report_text import item_lines
     from evals.reporting.summary import summary_table
-    from kqe.commands.choose import load_target
+    from kqe.commands.choose import load_deployment
 
     run = read_run_summary(board)
     if run is not None and not run.built and not run.served:
@@ -280,8 +280,8 @@ def _print_answer(cfg: EvalConfig, board: Path, rows: list[Any]) -> None:
     echo("\n".join([*item_lines(rows), *summary_table(rows)]))
     if cfg.target_gpu:
         try:  # the run is done whatever choose says: its answer is a finding, not a failure
-            target = load_target(board, rows, cfg.target_gpu, None, cfg.profile)
-            echo("\n".join(choose(rows, target, "kmmlu", 1.0, 1.0).lines))
+            deployment = load_deployment(board, rows, cfg.target_gpu, None, cfg.profile)
+            echo("\n".join(choose(rows, deployment, "kmmlu", 1.0, 1.0).lines))
         except UserError as exc:
             echo(f"kqe choose: {exc}")
     else:

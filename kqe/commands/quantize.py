@@ -167,10 +167,11 @@ def quantize(cfg: QuantizeConfig) -> tuple[Checkpoint, str]:
 
 
 def _build(cfg: QuantizeConfig, name: str, ws: Workspace, base: LocalModel, dtype: str) -> Checkpoint:
+    from kqe.core.schemes import scheme_info
     from kqe.pipeline.matrix import mix_label
     from quantize.build import build_checkpoint, check_recipe
     from quantize.recipes import parse_options, resolve_recipes
-    from quantize.schemes import recipe_for, scheme_info
+    from quantize.schemes import recipe_for
 
     recipe = resolve_recipes([name], cfg.recipes)[name]
     if cfg.options:

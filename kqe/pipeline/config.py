@@ -25,8 +25,9 @@ from kqe.core.eval_config import EvalConfig
 from kqe.core.modelstore import LocalModel, local_model
 from kqe.core.records import CalibrationSet, ModelSpec, ServeProfile
 from kqe.core.registry import check_remote_code, resolve_model
+from kqe.core.schemes import BASE_SCHEME, scheme_info
 from kqe.core.workspace import Workspace
-from kqe.pipeline.matrix import BASE, MatrixEntry, calibration_references, mix_label, plan_matrix
+from kqe.pipeline.matrix import MatrixEntry, calibration_references, mix_label, plan_matrix
 from quantize import build, calibration, contamination, external, schemes
 from quantize.recipes import resolve_recipes
 
@@ -102,8 +103,8 @@ def plan_run(cfg: EvalConfig, ws: Workspace, spec: ModelSpec) -> RunPlan:
     """The checkpoints of `spec` (`cfg.model` resolved), their recipes and their placements: cheap
     checks of every input, no download."""
     named = serve.load_profile(cfg.profile)
-    recipes = resolve_recipes([BASE, *cfg.schemes], Path(cfg.recipes) if cfg.recipes else None)
-    needs_calibration = {name: schemes.scheme_info(r.scheme).needs_calibration for name, r in recipes.items()}
+    recipes = resolve_recipes([BASE_SCHEME, *cfg.schemes], Path(cfg.recipes) if cfg.recipes else None)
+    needs_calibration = {name: scheme_info(r.scheme).needs_calibration for name, r in recipes.items()}
     entries = plan_matrix(cfg.schemes, cfg.calibrations, needs_calibration.__getitem__)
     for reference in cfg.extra:  # before the base is built and served, not after
         external.check_extra(ws, reference, cfg.trust_remote_code)

@@ -12,9 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kqe.core.errors import UserError
+from kqe.core.schemes import BASE_SCHEME
 from quantize.calibration import NAMED_MIXES, parse_mix
-
-BASE = "bf16"
 
 
 @dataclass(frozen=True)
@@ -44,8 +43,8 @@ def plan_matrix(
     labels = [mix_label(mix) for mix in mixes]
     if len(set(labels)) != len(labels):
         raise UserError(f"calibration {','.join(mixes)!r} names the same mix twice: list each once")
-    entries = [MatrixEntry(BASE, BASE, None)]
-    for scheme in (s for s in schemes if s != BASE):
+    entries = [MatrixEntry(BASE_SCHEME, BASE_SCHEME, None)]
+    for scheme in (s for s in schemes if s != BASE_SCHEME):
         if needs_calibration(scheme):
             entries += [MatrixEntry(f"{scheme}-{label}", scheme, label) for label in labels]
         else:

@@ -20,10 +20,11 @@ from evals.tasks.ko_rag import task as rag_task
 from kqe.core.io import read_record
 from kqe.core.records import Checkpoint, Record
 from kqe.core.results import Perplexity, ScoreRun
+from kqe.core.schemes import BASE_SCHEME, SCHEMES
 from kqe.pipeline.config import RunMatrix
-from kqe.pipeline.matrix import BASE, MatrixEntry
+from kqe.pipeline.matrix import MatrixEntry
 from kqe.pipeline.stages import stage_files
-from quantize import build, schemes
+from quantize import build
 
 T = TypeVar("T", bound=Record)
 
@@ -32,13 +33,6 @@ REFERENCE = {"items_per_s": 19.5, "server_start_s": 45.0, "perplexity_s": 32.0}
 in bfloat16, 2026-12-01): scoring one run of 300 items with both cores computing; perplexity the median
 of 6 records taken on one compute thread. Server start: cpu-small is eager since 2026-12-02, when its
 starts took 36 and 43 s on the AVX2 EPYC (120 s compiled on the Xeon the day before)."""
-_BF16_BUILD_S = {"awq-w4a16": 510.0, "gptq-w4a16": 510.0, "w4a16-rtn": 14.0, "fp8-dynamic": 12.0}
-_FP32_BUILD_S = {"awq-w4a16": 1166.0, "gptq-w4a16": 1166.0, "w4a16-rtn": 15.0, "fp8-dynamic": 16.0}
-REFERENCE_BUILD_S = {"bfloat16": _BF16_BUILD_S, "float32": _FP32_BUILD_S}
-"""Per build dtype, seconds per scheme where `REFERENCE_PROBE` of that dtype was measured: bfloat16 on
-the reference Xeon, float32 on the AVX2-only EPYC (the default first run of 2026-12-02: AWQ 1176 and
-1156 s; the Xeon emulating AVX2 took 610 s), all over `REFERENCE_CALIB_TOKENS`. GPTQ was not timed:
-taken as AWQ."""
 REFERENCE_CALIB_TOKENS = 64 * 384
 """Calibration tokens of the reference builds: a calibrated build's time grows with them (AWQ's scale
 search runs each layer over every token once per grid point)."""
@@ -138,12 +132,13 @@ def reference_build_s(
     """Seconds per scheme to build a model `scale` times the reference's size in `dtype` here, where
     no build was recorded: the reference's, scaled by size, by the probe (builds compute in `dtype`
     as the probe does; unscaled where it did not time `dtype`, e.g. on a GPU) and, for calibrated
-    schemes, by `calib_tokens`."""
-    slower, reference = _probe_ratio(kernels, dtype) or 1.0, REFERENCE_BUILD_S.get(dtype, _BF16_BUILD_S)
+    schemes, by `calib_tokens`. A dtype never timed (float16) takes bfloat16's time."""
+    slower = _probe_ratio(kernels, dtype) or 1.0
     calibrated = calib_tokens / REFERENCE_CALIB_TOKENS
     return {
-        scheme: seconds * scale * slower * (calibrated if schemes.SCHEMES[scheme].needs_calibration else 1.0)
-        for scheme, seconds in reference.items()
+        scheme: seconds * scale * slower * (calibrated if info.needs_calibration else 1.0)
+        for scheme, info in SCHEMES.items()
+        if (seconds := info.reference_build_s.get(dtype, info.reference_build_s.get("bfloat16")))
     }
 
 
@@ -210,9 +205,11 @@ def _entry_plan(
         found = build.find_checkpoint(
             matrix.ws, matrix.base, recipe.scheme, recipe, calib, entry.name, matrix.plan.build_dtype
         )
-        building = "the base weights" if recipe.scheme == BASE else "reuse the build" if found else "build"
+        building = (
+            "the base weights" if recipe.scheme == BASE_SCHEME else "reuse the build" if found else "build"
+        )
     cost: dict[str, float] = {}
-    if not (found or recipe is None or recipe.scheme == BASE):  # the base is served as it is
+    if not (found or recipe is None or recipe.scheme == BASE_SCHEME):  # the base is served as it is
         cost["build"] = rates.build_s.get(recipe.scheme, 0.0)
     left = dict(items)
     if found is not None:

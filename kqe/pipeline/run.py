@@ -27,10 +27,10 @@ from kqe.core.eval_config import EvalConfig
 from kqe.core.io import read_record, write_record
 from kqe.core.records import Checkpoint, MemoryReport
 from kqe.core.results import Comparison, Perplexity, PerplexityComparison, PerplexityGap, RunSummary
+from kqe.core.schemes import BASE_SCHEME
 from kqe.core.workspace import Workspace
 from kqe.pipeline.config import Progress, RunMatrix, prepare_matrix
 from kqe.pipeline.executors import Executor, LocalExecutor
-from kqe.pipeline.matrix import BASE
 from kqe.pipeline.preview import SLOW_ITEMS_PER_S, preview, recorded_rates
 from kqe.pipeline.stages import servability, stage_files
 
@@ -54,7 +54,7 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress, executor: Execu
         )  # fmt: skip
     outcomes = executor.evaluate(matrix, rates.server_start_s)
     failures = {name: o.status for name, o in outcomes.items() if o.status != "ok"}
-    base = outcomes[BASE]
+    base = outcomes[BASE_SCHEME]
     rows: list[LeaderboardRow] = []
     comparisons: list[Comparison] = []
     perplexity: list[PerplexityComparison] = []
@@ -64,9 +64,9 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress, executor: Execu
     # carries its gap to English (on matched items for a parallel pair). The base is not compared with
     # itself: its row keeps Δ empty.
     compared = {
-        name: stats.compare_tasks(BASE, name, base.items, o.items)
+        name: stats.compare_tasks(BASE_SCHEME, name, base.items, o.items)
         for name, o in outcomes.items()
-        if name != BASE
+        if name != BASE_SCHEME
     }
     matched = {
         name: parallel.with_matched_gaps(c, base.items, outcomes[name].items) for name, c in compared.items()
@@ -130,7 +130,7 @@ def _findings(
     ckpt = outcome.checkpoint
     if ckpt is None:
         return RowFindings(profile, command, memory=_row_memory(matrix, outcome), cells=placement)
-    base_items = None if outcome.name == BASE else base.items  # the base row keeps the macro Δ empty
+    base_items = None if outcome.name == BASE_SCHEME else base.items  # the base row keeps the macro Δ empty
     cells = averages.leaderboard_cells(outcome.items, base_items, matrix.sources)
     if matrix.rag is not None:
         rag = matrix.rag
