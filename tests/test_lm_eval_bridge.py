@@ -14,8 +14,8 @@ from evals.scoring.score import ChoiceTokenizer, item_result
 from evals.tasks import lm_eval_bridge
 from evals.tasks.prompts import PromptItem, check_tasks
 from kqe.core.errors import UserError
-from tests.lm_eval_fixtures import copa_rows, letter_rows, write_user_tasks
-from tests.test_cli_errors import assert_one_line_error, run_kqe
+from tests.helpers.cli import assert_one_line_error, run_kqe
+from tests.helpers.lm_eval_tasks import copa_rows, letter_rows, write_user_tasks
 
 
 @pytest.fixture(scope="module")
