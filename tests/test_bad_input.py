@@ -87,6 +87,11 @@ EVAL: list[Case] = [
     (dry_run("--gpu-gib", "0"), ("--gpu-gib",)),
     (("eval", "--model", "", "--dry-run"), ("--model",)),
     (("eval", "--model", "hf:org/name@", "--dry-run"), ("hf:org/name@",)),
+    (("eval", "--model", "{tiny}", "--tasks", "lm-eval:kobest_copx"), ("kobest_copx", "lm-eval:kobest_copa")),
+    (("eval", "--model", "{tiny}", "--tasks", "lm-eval:kormedmcqa"), ("generate_until", "multiple_choice")),
+    (("eval", "--model", "{tiny}", "--tasks", "lm-eval:kobest_copa"), ("skt/kobest_v1 (copa)", "offline")),
+    (("eval", "--model", "{tiny}", "--include-path", "{d}/models/not-a-model", "--tasks", "lm-eval:x"),
+     ("no *.yaml",)),
 ]  # fmt: skip
 CALIBRATE_TINY = (
     "calibrate",
@@ -118,7 +123,14 @@ QUANTIZE: list[Case] = [
     (("quantize", "--model", "{tiny}", "--scheme", "nope"), ("nope", "fp8-dynamic")),
     (("quantize", "--model", "{tiny}", "--scheme", "awq-w4a16", "--tasks", "lm-eval:kobest_copa"),
      ("--tasks lm-eval:kobest_copa", "leave")),
-    (("quantize", "--model", "{tiny}"), ("--scheme", "--extra")),
+    (("quantize", "--model", "{tiny}"), ("give --scheme NAME to build, or --extra FOLDER",)),
+    (("quantize", "--model", "{tiny}", "--scheme", "awq"), ("unknown scheme 'awq'", "autoawq-w4a16")),
+    (("quantize", "--model", "{tiny}", "--scheme", "w4a16-rtn", "--set", "grup_size=64"),
+     ("'grup_size' in --set is not known",)),
+    (("quantize", "--model", "{tiny}", "--scheme", "w4a16-rtn", "--set", "group_size=96"),
+     ("group_size 96 does not divide",)),
+    (("quantize", "--model", "{tiny}", "--extra", "{d}/models/corrupt-shard"),
+     ("model.safetensors is corrupt", "re-download")),
     (("quantize", "--model", "{tiny}", "--scheme", "w4a16-rtn", "--set", "group_size"), ("group_size",)),
     (("quantize", "--model", "{tiny}", "--scheme", "w4a16-rtn", "--set", "nope=1"), ("nope",)),
     (("quantize", "--model", "{tiny}", "--extra", "{d}/extra-broken-json"), ("extra-broken-json",)),
@@ -217,6 +229,9 @@ RAG_SCORE: list[Case] = [
     (("rag", "score", "{d}/rag-answers/good/answers.jsonl", "--rag-data", "{d}/no"),
      ("docs.jsonl not found",)),
 ]  # fmt: skip
+TASKS: list[Case] = [
+    (("tasks", "--include-path", "{d}/models/not-a-model"), ("--include-path", "no *.yaml")),
+]
 MODELS: list[Case] = [
     (("models", "extra-arg"), ("extra-arg",)),
 ]
@@ -226,8 +241,7 @@ TOP_LEVEL: list[Case] = [
 TABLES = {
     "eval": EVAL, "calibrate": CALIBRATE, "quantize": QUANTIZE, "plan": PLAN_CASES, "doctor": DOCTOR,
     "load": LOAD, "choose": CHOOSE, "diff": DIFF, "report": REPORT, "compare": COMPARE, "rag": RAG_SCORE,
-    "models": MODELS,
-    "kqe": TOP_LEVEL,
+    "tasks": TASKS, "models": MODELS, "kqe": TOP_LEVEL,
 }  # fmt: skip
 """Every command's table, by the command it runs."""
 
@@ -245,7 +259,7 @@ def fill(args: tuple[str, ...], cases_dir: Path, tiny: Path) -> list[str]:
     return filled
 
 
-@pytest.mark.parametrize(("args", "needles"), CASES, ids=[" ".join(a[:4]) for a, _ in CASES])
+@pytest.mark.parametrize(("args", "needles"), CASES, ids=[" ".join(args) for args, _ in CASES])
 def test_bad_input_is_one_line_naming_it(
     args: tuple[str, ...], needles: tuple[str, ...], cases_dir: Path, tiny_model_dir: Path,
     home_with_sources: Path, monkeypatch: pytest.MonkeyPatch,
@@ -263,11 +277,12 @@ def test_the_real_entry_point_says_the_same(
     args: tuple[str, ...], needles: tuple[str, ...], cases_dir: Path, tiny_model_dir: Path,
     home_with_sources: Path,
 ) -> None:  # fmt: skip
-    """The first case of each command's table (test_bad_input.py), through `python -m kqe.cli`."""
+    """The first case of each command's table, through `python -m kqe.cli` in a subprocess."""
     result = run_kqe(*fill(args, cases_dir, tiny_model_dir), cwd=cases_dir, home=home_with_sources)
     assert_one_line_error(result, *needles)
 
 
 def test_every_table_runs_its_own_command() -> None:
+    """A case filed under another command's table would hide that this one lacks cases."""
     for command, table in TABLES.items():
         assert table and all(args[0] == command for args, _ in table if command != "kqe"), command

@@ -18,7 +18,7 @@ from quantize import external, layout
 from quantize.build import check_recipe
 from quantize.recipes import load_recipe_file, parse_options, resolve_recipes
 from quantize.schemes import SCHEMES, GptqW4A16Recipe, W8A8Int8Recipe, recipe_for
-from tests.helpers.cli import assert_one_line_error, run_kqe
+from tests.helpers.cli import run_kqe
 from tests.helpers.quant_configs import CT_W4A16, FP8_DYNAMIC, FP8_STATIC, INT8, facts
 from tests.helpers.serve_env import w4a16_serving_here
 
@@ -261,26 +261,6 @@ def test_an_unquantized_extra_is_described_like_the_base(
     assert (
         external.external_checkpoint(workspace, LocalModel("tiny", tiny_model_dir), str(copy)).key == ckpt.key
     )
-
-
-# --- `kqe quantize` through the real entry point ------------------------------------------------
-
-
-def test_kqe_quantize_bad_input_is_one_line(tiny_model_dir: Path, tmp_path: Path) -> None:
-
-    broken = tmp_path / "broken"
-    shutil.copytree(tiny_model_dir, broken)
-    (broken / "model.safetensors").write_bytes(b"\x00" * 16)
-    model = ["quantize", "--model", str(tiny_model_dir)]
-    cases = [
-        ([*model], ["give --scheme NAME to build, or --extra FOLDER"]),
-        ([*model, "--scheme", "awq"], ["unknown scheme 'awq'", "autoawq-w4a16"]),
-        ([*model, "--scheme", "w4a16-rtn", "--set", "grup_size=64"], ["'grup_size' in --set is not known"]),
-        ([*model, "--scheme", "w4a16-rtn", "--set", "group_size=96"], ["group_size 96 does not divide"]),
-        ([*model, "--extra", str(broken)], ["model.safetensors is corrupt", "re-download"]),
-    ]
-    for args, needles in cases:
-        assert_one_line_error(run_kqe(*args, cwd=tmp_path, home=tmp_path / "home"), *needles)
 
 
 @pytest.mark.slow

@@ -81,8 +81,8 @@ def write_cases(root: Path, tiny: Path) -> None:
 
 
 def write_refused_models(root: Path, tiny: Path) -> None:
-    """Model folders that must be refused (pickled weights only, code shipped with the model), a
-    leaderboard of the wrong columns, and a folder that holds no model."""
+    """Model folders that must be refused (pickled weights only, code shipped with the model, a
+    truncated shard), a leaderboard of the wrong columns, and a folder that holds no model (nor task)."""
     (root / "pickled").mkdir(parents=True)
     shutil.copy(tiny / "config.json", root / "pickled" / "config.json")
     (root / "pickled" / "pytorch_model.bin").write_bytes(b"not loaded: unpickling runs code")
@@ -90,6 +90,8 @@ def write_refused_models(root: Path, tiny: Path) -> None:
     config = json.loads((root / "custom-code" / "config.json").read_text())
     config["auto_map"] = {"AutoModelForCausalLM": "modeling_evil.EvilForCausalLM"}
     (root / "custom-code" / "config.json").write_text(json.dumps(config))
+    shutil.copytree(tiny, root / "corrupt-shard")
+    (root / "corrupt-shard" / "model.safetensors").write_bytes(b"\x00" * 16)
     (root / "leaderboard.csv").write_text("a,b\n1,2\n")
     (root / "not-a-model").mkdir()
 
