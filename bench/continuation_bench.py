@@ -2,7 +2,7 @@
 against stock `lm_eval --model hf`, same items, model and machine (`make bench`, or run alone:
 `python -m bench.continuation_bench [--runs N]`).
 
-Items: the KoBEST-COPA-shaped user task of tests/lm_eval_fixtures.py (lm-eval's own kobest_copa YAML
+Items: the KoBEST-COPA-shaped user task of tests/helpers/lm_eval_tasks.py (lm-eval's own kobest_copa YAML
 over a local json file, 24 items, two sentence choices each). kqe: `evals.scoring.continuation
 .score_choices` against `vllm serve` under the cpu-small profile, the first pass untimed (warm-up),
 server start excluded. hf: lm-eval's HF backend, bf16, batch 8, loaded once, model load excluded.
@@ -26,7 +26,7 @@ from evals.serving import cpu
 from evals.serving.serve import VllmServer, local_profile
 from evals.tasks import lm_eval_bridge
 from kqe.core.workspace import Workspace
-from tests.lm_eval_fixtures import write_user_tasks
+from tests.helpers.lm_eval_tasks import write_user_tasks
 
 TASK = "kqe_copa_local"
 PROFILE = "cpu-small"

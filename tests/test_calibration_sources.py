@@ -17,7 +17,8 @@ from quantize.catalog import (
     named_sources,
     read_sources,
 )
-from tests.test_calibration import english_prose, write_source
+from tests.helpers.prose import english_prose
+from tests.helpers.sources import write_source
 
 BOTCHAN = (
     "The Project Gutenberg EBook of Botchan\n\nLicence text.\n\nCHAPTER I\n\n{one}\n\n"

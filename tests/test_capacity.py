@@ -42,8 +42,10 @@ from kqe.commands.load import parse_concurrency, reproduce_command
 from kqe.core.capacity import DEFAULT_SLO, AbReport, CapacityReport, LoadRecord, Slo
 from kqe.core.errors import UserError
 from kqe.core.records import MemoryReport
-from tests.conftest import REPO, needs_serve_env
-from tests.tiny_model import TRAIN_TEXT
+from tests.helpers.cli import assert_one_line_error
+from tests.helpers.repo import REPO
+from tests.helpers.serve_env import needs_serve_env
+from tests.helpers.tiny_model import TRAIN_TEXT
 
 BENCH = Path(__file__).parent / "data" / "vllm_bench"
 METRICS = Path(__file__).parent / "data" / "vllm_metrics"
@@ -361,21 +363,6 @@ def test_other_urls_are_refused(url: str) -> None:
         local_base_url(url)
 
 
-@pytest.mark.parametrize(
-    ("args", "needle"),
-    [
-        (("--concurrency", "1,x"), "--concurrency '1,x'"),
-        (("--seconds-per-level", "0"), "--seconds-per-level"),
-        (("--url", "http://127.0.0.1:9", "--ab", "prefix-caching"), "--ab serves the checkpoint twice"),
-        (("--url", "http://192.168.1.20:8000"), "only target this machine"),
-    ],
-)
-def test_bad_arguments_are_one_line_errors(args: tuple[str, ...], needle: str, tmp_path: Path) -> None:
-    result = run_load_command(*args, cwd=tmp_path, home=tmp_path / "home")
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert result.returncode == 2 and len(lines) == 1 and needle in lines[0], result.stderr
-
-
 def test_an_unreachable_server_is_a_one_line_error(tiny_model_dir: Path, tmp_path: Path) -> None:
     write_sources(tmp_path / "home")
     with socket.socket() as probe:  # a port nothing listens on
@@ -383,9 +370,7 @@ def test_an_unreachable_server_is_a_one_line_error(tiny_model_dir: Path, tmp_pat
         port = probe.getsockname()[1]
     args = ("--model", str(tiny_model_dir), "--url", f"http://127.0.0.1:{port}", "--concurrency", "1")
     result = run_load_command(*args, cwd=tmp_path, home=tmp_path / "home")
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert result.returncode == 2 and len(lines) == 1, result.stderr
-    assert f"cannot reach http://127.0.0.1:{port}" in lines[0]
+    assert_one_line_error(result, f"cannot reach http://127.0.0.1:{port}")
 
 
 # --- a real server -----------------------------------------------------------------------------------

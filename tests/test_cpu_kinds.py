@@ -19,8 +19,8 @@ from kqe.core.errors import UserError
 from kqe.core.schemes import SCHEMES
 from kqe.core.workspace import Workspace
 from quantize import dequantize
-from tests.conftest import needs_serve_env
-from tests.test_schemes import CT_W4A16, FP8_DYNAMIC, INT8, facts
+from tests.helpers.quant_configs import CT_W4A16, FP8_DYNAMIC, INT8, facts
+from tests.helpers.serve_env import needs_serve_env
 
 AVX2 = hardware.Device("cpu", cpu_kernels=cpu.CpuKernels("_C_AVX2", w4a16=False))
 AVX512 = hardware.Device("cpu", cpu_kernels=cpu.CpuKernels("_C_AVX512", w4a16=True))

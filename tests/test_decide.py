@@ -20,6 +20,7 @@ from kqe.commands.diff import diff_command, render
 from kqe.core.records import SCHEMA_VERSION, MemoryReport, ServeProfile
 from kqe.core.registry import load_registry
 from kqe.core.results import RunSummary
+from tests.helpers.cli import assert_one_line_error
 
 NO_LOSS = "no loss detected within margin"
 SIGNIFICANT = "significant loss"
@@ -219,15 +220,6 @@ def test_diff_of_two_models_matches_on_checkpoint() -> None:
 # --- through the click commands: exit code 2 and one line -----------------------------------------
 
 
-def one_line_error(result, *needles: str) -> str:  # type: ignore[no-untyped-def]
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
-
-
 @pytest.fixture
 def board_csv(tmp_path: Path) -> Path:
     path = tmp_path / "qwen2.5-14b" / "leaderboard.csv"
@@ -251,34 +243,34 @@ def test_choose_json_is_one_object(board_csv: Path) -> None:
 
 def test_unknown_gpu_is_one_line(board_csv: Path) -> None:
     result = CliRunner().invoke(choose_command, ["--leaderboard", str(board_csv), "--gpu", "rtx9090"])
-    one_line_error(result, "rtx9090", "rtx4090")
+    assert_one_line_error(result, "rtx9090", "rtx4090")
 
 
 def test_missing_columns_are_named_in_one_line(tmp_path: Path) -> None:
     path = tmp_path / "leaderboard.csv"
     path.write_text(f"schema_version,model,checkpoint\n{SCHEMA_VERSION},qwen2.5-14b,bf16\n")
     result = CliRunner().invoke(choose_command, ["--leaderboard", str(path), "--gpu", "rtx4090"])
-    one_line_error(result, "lacks columns", "scheme", "status")
-    one_line_error(CliRunner().invoke(diff_command, [str(path), str(path)]), "lacks columns", "scheme")
+    assert_one_line_error(result, "lacks columns", "scheme", "status")
+    assert_one_line_error(CliRunner().invoke(diff_command, [str(path), str(path)]), "lacks columns", "scheme")
 
 
 def test_empty_leaderboard_is_one_line(tmp_path: Path) -> None:
     path = tmp_path / "leaderboard.csv"
     path.write_text(",".join(COLUMNS) + "\n")
     result = CliRunner().invoke(choose_command, ["--leaderboard", str(path), "--gpu", "rtx4090"])
-    one_line_error(result, "no rows")
-    one_line_error(CliRunner().invoke(diff_command, [str(path), str(path)]), "no rows")
+    assert_one_line_error(result, "no rows")
+    assert_one_line_error(CliRunner().invoke(diff_command, [str(path), str(path)]), "no rows")
 
 
 def test_unknown_model_of_a_leaderboard_is_one_line(tmp_path: Path) -> None:
     path = tmp_path / "leaderboard.csv"
     write_leaderboard(path, [r.model_copy(update={"model": "./gone-model"}) for r in board()])
     result = CliRunner().invoke(choose_command, ["--leaderboard", str(path), "--gpu", "rtx4090"])
-    one_line_error(result, "gone-model")
+    assert_one_line_error(result, "gone-model")
 
 
 def test_a_gpu_count_the_model_cannot_split_into_is_one_line(board_csv: Path) -> None:
     args = ["--leaderboard", str(board_csv), "--gpu", "rtx4090", "--count", "3"]
-    one_line_error(
+    assert_one_line_error(
         CliRunner().invoke(choose_command, args), "tensor-parallel-size 3", "valid sizes are 1, 2, 4, 8"
     )

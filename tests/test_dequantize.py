@@ -20,9 +20,10 @@ from kqe.core.results import ItemResult, RunSummary
 from kqe.core.workspace import Workspace
 from kqe.pipeline.run import run_eval
 from quantize import dequantize
-from tests.builds import load_in_engine
-from tests.conftest import REPO, needs_serve_env
-from tests.test_pipeline import write_sources
+from tests.helpers.repo import REPO
+from tests.helpers.scheme_builds import load_in_engine
+from tests.helpers.serve_env import needs_serve_env
+from tests.helpers.sources import write_sources
 
 pytestmark = [pytest.mark.slow]
 

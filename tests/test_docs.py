@@ -25,7 +25,7 @@ from evals.reporting.leaderboard import (
     replace_column_table,
 )
 from kqe.core.errors import UserError
-from tests.doc_links import anchors, broken_links, links, slug
+from tests.helpers.doc_links import anchors, broken_links, links, slug
 
 REPO = Path(__file__).resolve().parents[1]
 LINKED = ["README.md", "CHANGELOG.md", "evals/tasks/ko_rag/README.md"]

@@ -23,6 +23,7 @@ from evals.serving.vllm_log import log_lines
 from kqe.commands.doctor import doctor_command
 from kqe.core.errors import UserError
 from kqe.core.registry import load_registry
+from tests.helpers.cli import assert_one_line_error, invoke_command
 
 ERRORS = Path(__file__).parent / "data" / "vllm_errors"
 LOGS = Path(__file__).parent / "data" / "vllm_logs"
@@ -186,17 +187,13 @@ def test_missing_empty_or_binary_logs_are_one_line_errors(
     if content is not None:
         path.write_bytes(content)
 
-    code, output = doctor(str(path))
-    assert code == 2
-    assert needle in output and len(output.strip().splitlines()) == 1
+    assert_one_line_error(invoke_command(doctor_command, str(path)), needle)
     with pytest.raises(UserError, match=needle):
         list(log_lines(path))
 
 
 def test_a_directory_is_not_a_log(tmp_path: Path) -> None:
-    code, output = doctor(str(tmp_path))
-
-    assert code == 2 and "is not a file" in output
+    assert_one_line_error(invoke_command(doctor_command, str(tmp_path)), "is not a file")
 
 
 # --- standard input, --metrics, --nvidia-smi ------------------------------------------------------
@@ -215,8 +212,7 @@ def test_standard_input_is_read_as_a_log() -> None:
 def test_empty_standard_input_is_a_one_line_error() -> None:
     result = CliRunner().invoke(doctor_command, ["-"], input=b"\n\n")
 
-    assert result.exit_code == 2 and "standard input is empty" in result.output
-    assert len(result.output.strip().splitlines()) == 1
+    assert_one_line_error(result, "standard input is empty")
 
 
 def under_pressure(prom: str) -> str:
@@ -304,19 +300,7 @@ def test_bad_metrics_urls_are_one_line_errors(
     local_server: Callable[[int, str], str], status: int | None, body: str, needle: str
 ) -> None:
     url = local_server(status, body) if status else f"http://127.0.0.1:{free_port()}"
-    code, output = doctor("--metrics", url)
-
-    assert code == 2 and needle in output and len(output.strip().splitlines()) == 1
-
-
-@pytest.mark.parametrize(
-    ("args", "needle"),
-    [((), "give a LOGFILE"), (("x.log", "--metrics", "http://127.0.0.1:1"), "give a LOGFILE")],
-)
-def test_a_log_or_metrics_but_not_both_nor_neither(args: tuple[str, ...], needle: str) -> None:
-    code, output = doctor(*args)
-
-    assert code == 2 and needle in output
+    assert_one_line_error(invoke_command(doctor_command, "--metrics", url), needle)
 
 
 def test_an_unreadable_log_is_a_one_line_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -327,17 +311,14 @@ def test_an_unreadable_log_is_a_one_line_error(tmp_path: Path, monkeypatch: pyte
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(Path, "open", refuse)  # root reads any file: a refused open stands in for chmod 000
-    code, output = doctor(str(path))
-
-    assert code == 2 and "cannot be read (Permission denied)" in output
+    assert_one_line_error(invoke_command(doctor_command, str(path)), "cannot be read (Permission denied)")
 
 
 def test_a_missing_nvidia_smi_file_is_a_one_line_error(tmp_path: Path) -> None:
-    code, output = doctor(
-        str(ERRORS / "d_free_memory_at_startup.log"), "--nvidia-smi", str(tmp_path / "no.txt")
+    result = invoke_command(
+        doctor_command, str(ERRORS / "d_free_memory_at_startup.log"), "--nvidia-smi", str(tmp_path / "no.txt")
     )
-
-    assert code == 2 and "--nvidia-smi" in output and "nvidia-smi > smi.txt" in output
+    assert_one_line_error(result, "--nvidia-smi", "nvidia-smi > smi.txt")
 
 
 def test_nvidia_smi_file_names_the_other_process(tmp_path: Path) -> None:

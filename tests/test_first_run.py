@@ -16,8 +16,9 @@ import pytest
 
 from kqe.core.workspace import Workspace
 from kqe.pipeline.preview import REFERENCE_ITEM_TOKENS, Rates, dominant_stage, task_items_per_s
-from tests.conftest import REPO, needs_serve_env
-from tests.test_pipeline import write_sources
+from tests.helpers.repo import REPO
+from tests.helpers.serve_env import needs_serve_env
+from tests.helpers.sources import write_sources
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
 

@@ -23,7 +23,7 @@ from evals.planning.log_check import (
 from evals.planning.plan_evaluation import evaluate
 from evals.planning.vllm_memory import FITTED_OVERHEADS, gpu_named
 from kqe.commands.plan import plan_command
-from tests.test_planner import plan_error
+from tests.helpers.cli import assert_one_line_error, invoke_command
 
 CORPUS = load_corpus()
 ENTRIES = {entry.id: entry for entry, _ in CORPUS}
@@ -161,7 +161,9 @@ def _one_log(text: str, log_id: str) -> str:
 
 
 def test_a_folder_without_logs_is_one_line(tmp_path: Path) -> None:
-    assert "no *.toml log corpus" in plan_error("--check-logs", str(tmp_path))
+    assert "no *.toml log corpus" in assert_one_line_error(
+        invoke_command(plan_command, "--check-logs", str(tmp_path))
+    )
 
 
 @pytest.mark.parametrize(
@@ -181,7 +183,7 @@ def test_a_log_whose_settings_cannot_be_used_is_one_line(edit, needle: str, tmp_
     head, _, _ = text.partition("# --- logs from GitHub threads")
     (tmp_path / "bad.toml").write_text(head + edit(_one_log(text, "vllm-pr24577-qwen3-0.6b-a100-v1")))
 
-    assert needle in plan_error("--check-logs", str(tmp_path))
+    assert needle in assert_one_line_error(invoke_command(plan_command, "--check-logs", str(tmp_path)))
 
 
 # --- the guide's RTX 4090 table ----------------------------------------------------------------

@@ -25,7 +25,7 @@ from kqe.core.eval_config import EvalConfig
 from kqe.core.records import ItemChoice
 from kqe.core.registry import load_registry, spec_from_local_dir
 from kqe.core.workspace import Workspace
-from tests.conftest import needs_serve_env
+from tests.helpers.serve_env import needs_serve_env
 
 REGISTRY = load_registry()
 HUB_ENV = ("KQE_ONLINE", "KQE_OFFLINE", "HF_HUB_OFFLINE", "HF_ENDPOINT")

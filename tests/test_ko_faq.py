@@ -13,14 +13,7 @@ from evals.reporting.leaderboard_row import LeaderboardRow, columns
 from evals.tasks import debian_faq
 from evals.tasks.prompts import load_prompts, prepare_tasks, source_label
 from kqe.core.workspace import Workspace
-
-
-def link_faq_sources(ws: Workspace) -> None:
-    """The two FAQ texts `make setup` fetched, linked into `ws`'s sources."""
-    fetched = Workspace.from_env().sources()
-    for relative in debian_faq.FILES.values():
-        (ws.sources() / relative).parent.mkdir(parents=True, exist_ok=True)
-        (ws.sources() / relative).symlink_to(fetched / relative)
+from tests.helpers.benchmark_copies import link_faq_sources
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,6 @@ user files, BM25 recall, token budgets with the tiny model's real tokenizer, ans
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -24,26 +23,9 @@ from evals.tasks.ko_rag.source import RagSource
 from evals.tasks.ko_rag.sweep import LENGTHS, RETRIEVED
 from evals.tasks.prompts import TASKS_DIR
 from kqe.core.errors import UserError
-from kqe.core.results import ItemResult
 from kqe.core.workspace import Workspace
-from tests.test_cli_errors import assert_one_line_error, run_kqe
-
-DATA = Path(__file__).resolve().parent / "data" / "ko_rag"
-"""A small user data folder (docs.jsonl + questions.jsonl) in the documented format."""
-
-
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-DOCS = read_rows(DATA / "docs.jsonl")
-QUESTIONS = read_rows(DATA / "questions.jsonl")
-
-
-def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
-    return path
+from tests.helpers.cli import assert_one_line_error, run_kqe
+from tests.helpers.ko_rag_data import DOCS, QUESTIONS, rag_item, read_rows, write_jsonl
 
 
 @pytest.fixture()
@@ -267,19 +249,12 @@ def test_hangul_share_tells_korean_answers_from_others() -> None:
     assert answer_score.score_answer("1948", ["1948"], True).hangul_share is None
 
 
-def _item(question: str, length: str, f1: float, reference: str = "답") -> ItemResult:
-    return ItemResult(
-        task=rag_task.TASK, subject=f"factual/{question}", item_id=f"ko_rag/{question}/retrieved/{length}",
-        gold=0, pred=0 if f1 == 1 else -1, correct=f1 == 1, choice_logprobs=[], prompt_sha="x",
-        generated="답",
-        reference=reference, f1=f1, hangul_share=1.0,
-    )  # fmt: skip
-
-
 def test_leaderboard_cells_pair_the_same_items_per_length() -> None:
-    base = [_item(f"q{i}", "1k", 1.0) for i in range(20)] + [_item(f"q{i}", "2k", 0.5) for i in range(20)]
-    cand = [_item(f"q{i}", "1k", 1.0 if i % 2 else 0.0) for i in range(20)]
-    cand += [_item(f"q{i}", "2k", 0.5) for i in range(20)]
+    base = [rag_item(f"q{i}", "1k", 1.0) for i in range(20)] + [
+        rag_item(f"q{i}", "2k", 0.5) for i in range(20)
+    ]
+    cand = [rag_item(f"q{i}", "1k", 1.0 if i % 2 else 0.0) for i in range(20)]
+    cand += [rag_item(f"q{i}", "2k", 0.5) for i in range(20)]
     skipped = {"4k": "over max-model-len 2048", "16k": "over max-model-len 2048"}
     cells = rag_metrics.leaderboard_cells(cand, base, [], skipped)
     assert cells["ko_rag_f1_1k"] == 0.5 and cells["ko_rag_em_1k"] == 0.5

@@ -25,7 +25,7 @@ from kqe.core.errors import UserError
 from kqe.core.io import read_jsonl
 from kqe.core.results import ItemResult
 from kqe.core.workspace import Workspace
-from tests.test_ko_rag import DOCS, QUESTIONS, write_jsonl
+from tests.helpers.ko_rag_data import DOCS, QUESTIONS, write_jsonl
 
 QUESTIONS_SAMPLED = 12
 

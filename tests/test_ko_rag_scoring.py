@@ -15,7 +15,8 @@ from evals.tasks.ko_rag import metrics as rag_metrics
 from evals.tasks.ko_rag.abstention import abstains
 from evals.tasks.ko_rag.context import ABSTAIN
 from evals.tasks.ko_rag.normalise import normalise
-from tests.test_cli_errors import assert_one_line_error, run_kqe
+from tests.helpers.cli import run_kqe
+from tests.helpers.ko_rag_data import rag_item
 
 
 @pytest.mark.parametrize(
@@ -135,10 +136,9 @@ def test_totals_keep_answerable_scores_apart_from_abstention() -> None:
 
 
 def test_leaderboard_f1_and_em_leave_unanswerable_questions_out() -> None:
-    from tests.test_ko_rag import _item
 
-    answered = [_item(f"q{i}", "1k", 0.5) for i in range(4)]
-    declined = [_item(f"u{i}", "1k", 1.0, reference=ABSTAIN) for i in range(4)]
+    answered = [rag_item(f"q{i}", "1k", 0.5) for i in range(4)]
+    declined = [rag_item(f"u{i}", "1k", 1.0, reference=ABSTAIN) for i in range(4)]
     cells = rag_metrics.leaderboard_cells(answered + declined, answered + declined, [], {})
     assert cells["ko_rag_f1_1k"] == 0.5 and cells["ko_rag_em_1k"] == 0.0
     assert cells["ko_rag_abstain"] == 1.0 and cells["ko_rag_f1_delta_1k"] == 0.0
@@ -174,40 +174,6 @@ def test_rag_score_prints_items_and_totals(tmp_path: Path) -> None:
     assert "3 of its questions have no answer line" in text.stdout
 
 
-@pytest.mark.parametrize(
-    ("lines", "needles"),
-    [
-        (('{"id": "q1", "answer": "x"',), ("answers.jsonl:1: not JSON",)),
-        (('{"id": "q1"}',), ("answers.jsonl:1:", "'answer' must be a string")),
-        (('["q1", "x"]',), ("answers.jsonl:1: not a JSON object",)),
-        (
-            ('{"id": "q1", "answer": "x"}', '{"id": "q9", "answer": "x"}'),
-            ("answers.jsonl:2:", "'q9'", "q1, q2"),
-        ),
-        (('{"id": "q1", "answer": "x"}', '{"id": "q1", "answer": "y"}'), ("'q1' already used on line 1",)),
-        (("",), ("holds no answers",)),
-    ],
-)
-def test_rag_score_bad_answers_are_one_line(
-    lines: tuple[str, ...], needles: tuple[str, ...], tmp_path: Path
-) -> None:
-    path = _answers(tmp_path, *lines)
-    result = run_kqe("rag", "score", str(path), "--rag-data", str(DATA), cwd=tmp_path, home=tmp_path / "home")
-    assert_one_line_error(result, *needles)
-
-
-def test_rag_score_missing_files_are_one_line(tmp_path: Path) -> None:
-    result = run_kqe(
-        "rag", "score", "nowhere.jsonl", "--rag-data", str(DATA), cwd=tmp_path, home=tmp_path / "h"
-    )
-    assert_one_line_error(result, "nowhere.jsonl not found")
-    path = _answers(tmp_path, '{"id": "q1", "answer": "x"}')
-    result = run_kqe(
-        "rag", "score", str(path), "--rag-data", str(tmp_path / "no"), cwd=tmp_path, home=tmp_path / "h"
-    )
-    assert_one_line_error(result, "docs.jsonl not found")
-
-
 def test_delta_ci_resamples_whole_passages() -> None:
     """Ten questions on one passage that all lost, ten on others that did not: the passage is one unit
     of evidence, so its CI is wider than the one that counts twenty independent questions."""
@@ -223,12 +189,11 @@ def test_delta_ci_resamples_whole_passages() -> None:
 
 
 def test_abstention_precision_counts_abstentions_on_answerable_questions_against_it() -> None:
-    from tests.test_ko_rag import _item
 
-    answered = [_item("q0", "1k", 0.0).model_copy(update={"generated": "문서에 나와 있지 않습니다"})]
-    answered += [_item(f"q{i}", "1k", 1.0) for i in range(1, 4)]
+    answered = [rag_item("q0", "1k", 0.0).model_copy(update={"generated": "문서에 나와 있지 않습니다"})]
+    answered += [rag_item(f"q{i}", "1k", 1.0) for i in range(1, 4)]
     declined = [
-        _item(f"u{i}", "1k", 1.0, reference=ABSTAIN).model_copy(update={"generated": "알 수 없음"})
+        rag_item(f"u{i}", "1k", 1.0, reference=ABSTAIN).model_copy(update={"generated": "알 수 없음"})
         for i in range(3)
     ]
     cells = rag_metrics.leaderboard_cells(answered + declined, None, [], {})

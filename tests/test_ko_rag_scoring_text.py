@@ -15,7 +15,7 @@ from evals.tasks.ko_rag.abstention import abstains
 from evals.tasks.ko_rag.answer_score import score_answer, totals
 from evals.tasks.ko_rag.choices import answer_kind
 from evals.tasks.ko_rag.normalise import normalise
-from tests.test_cli_errors import assert_one_line_error, run_kqe
+from tests.helpers.cli import assert_one_line_error, run_kqe
 
 DATA = Path(__file__).resolve().parent / "data" / "ko_rag"
 

@@ -20,8 +20,9 @@ from evals.tasks.prompts import TASKS_DIR
 from kqe.core.io import read_jsonl
 from kqe.core.results import ItemResult
 from kqe.core.workspace import Workspace
-from tests.conftest import REPO, needs_serve_env
-from tests.test_ko_rag import DOCS, QUESTIONS, write_jsonl
+from tests.helpers.ko_rag_data import DOCS, QUESTIONS, write_jsonl
+from tests.helpers.repo import REPO
+from tests.helpers.serve_env import needs_serve_env
 
 TOLERANCE = 1e-4
 """Largest |log-prob difference| (nats) between the server and lm-eval hf in float32."""

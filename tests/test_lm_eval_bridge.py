@@ -14,8 +14,8 @@ from evals.scoring.score import ChoiceTokenizer, item_result
 from evals.tasks import lm_eval_bridge
 from evals.tasks.prompts import PromptItem, check_tasks
 from kqe.core.errors import UserError
-from tests.lm_eval_fixtures import copa_rows, letter_rows, write_user_tasks
-from tests.test_cli_errors import assert_one_line_error, run_kqe
+from tests.helpers.cli import run_kqe
+from tests.helpers.lm_eval_tasks import copa_rows, letter_rows, write_user_tasks
 
 
 @pytest.fixture(scope="module")
@@ -114,33 +114,3 @@ def test_kqe_tasks_lists_registry_lm_eval_and_user_tasks(user_tasks: Path, tmp_p
     assert stock["availability"] == "online: skt/kobest_v1 (lm-eval reads main; revision None: unconfirmed)"
     assert listed["lm-eval:haerae"]["subjects"] == 5
     assert "lm-eval:kormedmcqa" not in listed  # generate_until: not scorable here
-
-
-@pytest.mark.parametrize(
-    ("args", "needles"),
-    [
-        (
-            ("eval", "--model", "{tiny}", "--tasks", "lm-eval:kobest_copx"),
-            ("kobest_copx", "lm-eval:kobest_copa"),
-        ),
-        (
-            ("eval", "--model", "{tiny}", "--tasks", "lm-eval:kormedmcqa"),
-            ("generate_until", "multiple_choice"),
-        ),
-        (
-            ("eval", "--model", "{tiny}", "--tasks", "lm-eval:kobest_copa"),
-            ("skt/kobest_v1 (copa)", "offline"),
-        ),
-        (("tasks", "--include-path", "{empty}"), ("--include-path", "no *.yaml")),
-        (("eval", "--model", "{tiny}", "--include-path", "{empty}", "--tasks", "lm-eval:x"), ("no *.yaml",)),
-    ],
-)
-def test_bad_lm_eval_input_is_one_line(
-    args: tuple[str, ...], needles: tuple[str, ...], tiny_model_dir: Path, tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no hub here: a download is a miss at once, not after retries
-    (tmp_path / "empty").mkdir()
-    given = {"{tiny}": str(tiny_model_dir), "{empty}": str(tmp_path / "empty")}
-    result = run_kqe(*(given.get(a, a) for a in args), cwd=tmp_path, home=tmp_path / "home")
-    assert_one_line_error(result, *needles)

@@ -20,8 +20,10 @@ from evals.tasks import lm_eval_bridge
 from kqe.core.io import read_jsonl
 from kqe.core.results import ItemResult
 from kqe.core.workspace import Workspace
-from tests.conftest import REPO, needs_serve_env
-from tests.lm_eval_fixtures import write_user_tasks
+from tests.helpers.lm_eval_tasks import write_user_tasks
+from tests.helpers.repo import REPO
+from tests.helpers.serve_env import needs_serve_env
+from tests.helpers.sources import write_sources
 
 TOLERANCE = 1e-3
 """Largest |log-likelihood difference| (nats) allowed between the server and lm-eval hf, float32."""
@@ -90,7 +92,6 @@ def test_kqe_eval_scores_a_user_yaml_with_paired_statistics(
 ) -> None:
     from kqe.core.eval_config import EvalConfig
     from kqe.pipeline.run import run_eval
-    from tests.test_pipeline import write_sources
 
     ws, folder = setting
     write_sources(ws)

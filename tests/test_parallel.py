@@ -10,7 +10,7 @@ from evals.statistics import parallel, stats
 from evals.statistics.pairing import ScoredItem
 from evals.tasks.prompts import load_prompts, prepare_tasks
 from kqe.core.workspace import Workspace
-from tests.test_ko_faq import link_faq_sources
+from tests.helpers.benchmark_copies import link_faq_sources
 
 
 def _items(task: str, correct: list[bool]) -> list[ScoredItem]:

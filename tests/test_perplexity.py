@@ -24,8 +24,9 @@ from evals.scoring.perplexity import (
 )
 from kqe.core.results import Perplexity
 from kqe.core.workspace import Workspace
-from tests.conftest import REPO, needs_serve_env
-from tests.test_calibration import english_prose, korean_prose
+from tests.helpers.prose import english_prose, korean_prose
+from tests.helpers.repo import REPO
+from tests.helpers.serve_env import needs_serve_env
 
 TOLERANCE = 1e-6
 """Largest relative difference of a language's summed NLL, server vs HF, both float32."""

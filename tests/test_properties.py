@@ -27,7 +27,7 @@ from kqe.core.eval_config import split_mixes
 from kqe.core.text import markdown_cell, printable
 from quantize.calibration import parse_mix
 from quantize.recipes import parse_options
-from tests.test_report import rows
+from tests.helpers.leaderboard_rows import rows
 
 PROPERTY = settings(
     max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)

@@ -29,10 +29,9 @@ from kqe.pipeline.run import run_eval
 from quantize import build, dequantize
 from quantize.build import CHECKPOINT_RECORD, build_checkpoint
 from quantize.schemes import AwqW4A16Recipe, recipe_for
-from tests.builds import BUILT, HAS_AUTOAWQ, load_in_engine
-from tests.conftest import needs_serve_env, w4a16_serving_here
-from tests.test_calibration import write_offline_sources
-from tests.test_pipeline import write_sources
+from tests.helpers.scheme_builds import BUILT, HAS_AUTOAWQ, load_in_engine
+from tests.helpers.serve_env import needs_serve_env, w4a16_serving_here
+from tests.helpers.sources import write_offline_sources, write_sources
 
 REPO = Path(__file__).resolve().parents[1]
 

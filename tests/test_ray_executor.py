@@ -22,9 +22,11 @@ from evals.reporting.leaderboard import read_leaderboard
 from kqe.core.workspace import Workspace
 from kqe.pipeline.config import prepare_matrix
 from kqe.pipeline.run import run_eval
-from tests.conftest import REPO, MatrixRun, matrix_config, needs_serve_env, run_items
-from tests.test_pipeline import write_sources
-from tests.test_reliability import TOLERANCE, Chain, Run, write_test_sources
+from tests.helpers.killed_runs import TOLERANCE, Chain, Run
+from tests.helpers.matrix_run import MatrixRun, matrix_config, run_items
+from tests.helpers.repo import REPO
+from tests.helpers.serve_env import needs_serve_env
+from tests.helpers.sources import write_sources, write_test_sources
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed: KQE_EXTRAS=ray make setup")
 from ray.cluster_utils import Cluster  # noqa: E402

@@ -23,11 +23,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -37,120 +34,12 @@ from evals.reporting.leaderboard import read_leaderboard
 from kqe.core.io import read_jsonl, read_record
 from kqe.core.results import ItemResult, RunSummary
 from kqe.core.workspace import Workspace
-from tests.conftest import REPO, needs_serve_env
-from tests.test_pipeline import write_sources
+from tests.helpers.killed_runs import LIMIT, TOLERANCE, Chain
+from tests.helpers.repo import REPO
+from tests.helpers.serve_env import needs_serve_env
+from tests.helpers.sources import write_test_sources
 
 pytestmark = [pytest.mark.slow, needs_serve_env]
-
-LIMIT = 16
-"""Items per task: two requests of 8 per task."""
-KILL_GRACE_S = 30.0
-"""How long the processes of a killed run may take to go (vLLM gets SIGTERM from setpriv)."""
-TOLERANCE = 0.05
-"""Largest |log-prob difference| (nats) between two bf16 runs of the same item (batching noise)."""
-
-
-@dataclass
-class Run:
-    """One `kqe eval` process group in a workspace."""
-
-    process: subprocess.Popen[bytes]
-    stderr: Path
-
-    def text(self) -> str:
-        return self.stderr.read_text(encoding="utf-8", errors="replace")
-
-    def wait_for(self, what: str, ready: Callable[[], bool], timeout_s: float = 300) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not ready():
-            if self.process.poll() is not None:
-                raise AssertionError(
-                    f"kqe ended (code {self.process.returncode}) before {what}:\n{self.text()}"
-                )
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no {what} after {timeout_s:.0f} s:\n{self.text()}")
-            time.sleep(0.1)
-
-    def wait_paused(self, point: str) -> None:
-        self.wait_for(f"pause at {point!r}", lambda: f"kqe: paused at {point}" in self.text())
-
-    def kill_group(self) -> None:
-        os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait()
-
-
-@dataclass
-class Chain:
-    """The workspace the faults go through, and how to start `kqe eval` in it."""
-
-    ws: Workspace
-    model: Path
-    # not fp8-dynamic: on CPUs without AMX-FP8 its matmul runs in oneDNN's reference implementation
-    # (`ref:any`, 0.07 items/s on the tiny model on this project's machine), past every timeout here
-    schemes: str = "bf16,w4a16-rtn"
-    runs: int = 0
-
-    @property
-    def out(self) -> Path:
-        return self.ws.root / "results" / self.model.name
-
-    def start(self, pause_at: str | None = None, pause_s: float | None = None) -> Run:
-        self.runs += 1
-        env = {**os.environ, "KQE_HOME": str(self.ws.cache), "KQE_SERVE_VENV": str(self.ws.serve_venv)}
-        env |= {"COLUMNS": "200", "KQE_PAUSE_AT": pause_at or "", "KQE_PAUSE_S": str(pause_s or "inf")}
-        stderr = self.ws.root / f"run{self.runs}.err"
-        command = [sys.executable, "-m", "kqe.cli", "eval", "--model", str(self.model)]
-        command += ["--schemes", self.schemes, "--tasks", "kmmlu_hard,mmlu", "--limit", str(LIMIT)]
-        command += ["--profile", "cpu-ci"]
-        with stderr.open("wb") as err:
-            process = subprocess.Popen(
-                command,
-                cwd=self.ws.root,
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                start_new_session=True,
-            )
-        return Run(process, stderr)
-
-    def processes(self) -> list[str]:
-        """Live processes started with this workspace's KQE_HOME (the CLI and everything it started)."""
-        found = []
-        for process in psutil.process_iter(["pid", "cmdline", "status"]):
-            try:
-                if process.info["status"] == psutil.STATUS_ZOMBIE:
-                    continue
-                if process.environ().get("KQE_HOME") == str(self.ws.cache):
-                    found.append(f"{process.info['pid']} {' '.join(process.info['cmdline'] or [])[:150]}")
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                continue
-        return found
-
-    def assert_nothing_left(self) -> None:
-        deadline = time.monotonic() + KILL_GRACE_S
-        while (left := self.processes()) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert left == [], f"processes outlived the killed run: {left}"
-
-    def items(self, checkpoint: str, task: str) -> list[ItemResult]:
-        [path] = (self.out / "items" / checkpoint).glob(f"{task}.*.jsonl")
-        return read_jsonl(path, ItemResult)
-
-    def stage_files(self, suffix: str) -> list[str]:
-        return sorted(path.name for path in (self.out / "stages").glob(f"*{suffix}"))
-
-
-def write_test_sources(ws: Workspace) -> None:
-    """test_pipeline's sources, plus held-out text for the perplexity stage where they lack it."""
-    write_sources(ws)
-    bills, botchan = ws.sources() / "ko" / "bills", ws.sources() / "en" / "botchan.txt"
-    if not list(bills.glob("180989[6-9].txt")):
-        (bills / "1809896.txt").write_text(
-            (bills / "1809890.txt").read_text(encoding="utf-8"), encoding="utf-8"
-        )
-    text = botchan.read_text(encoding="utf-8")
-    if "CHAPTER X." not in text:
-        botchan.write_text(f"CHAPTER I\n\n{text}\nCHAPTER X.\n\n{text}\n--(THE END)--\n", encoding="utf-8")
 
 
 @pytest.fixture(scope="module")

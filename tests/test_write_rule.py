@@ -20,7 +20,8 @@ from kqe.commands.report import report_command
 from kqe.core.errors import UserError
 from kqe.core.io import open_writable, write_atomic, write_record
 from kqe.core.workspace import Workspace
-from tests.test_report import rows, run_summary, write_board
+from tests.helpers.cli import assert_one_line_error
+from tests.helpers.leaderboard_rows import rows, run_summary, write_board
 
 
 def outside_tree(tmp_path: Path) -> tuple[Path, dict[Path, bytes]]:
@@ -76,9 +77,7 @@ def test_report_refuses_a_linked_output_folder(board: Path, tmp_path: Path, fold
     outside, files = outside_tree(tmp_path)
     (board.parent / folder).symlink_to(outside, target_is_directory=True)
     result = CliRunner().invoke(report_command, ["--leaderboard", str(board)])
-    assert result.exit_code == 2, result.output
-    [line] = [line for line in result.output.splitlines() if line.strip()]
-    assert f"{board.parent / folder} is a symbolic link" in line and "remove the link" in line
+    assert_one_line_error(result, f"{board.parent / folder} is a symbolic link", "remove the link")
     assert_intact(outside, files)
 
 
@@ -104,9 +103,7 @@ def test_a_linked_server_log_or_pid_file_is_refused_before_anything_runs(
 def test_a_file_where_an_output_folder_belongs_is_one_line(board: Path) -> None:
     (board.parent / "plots").write_bytes(b"mine")
     result = CliRunner().invoke(report_command, ["--leaderboard", str(board)])
-    assert result.exit_code == 2, result.output
-    [line] = [line for line in result.output.splitlines() if line.strip()]
-    assert f"cannot make the folder {board.parent / 'plots'}" in line
+    assert_one_line_error(result, f"cannot make the folder {board.parent / 'plots'}")
     assert (board.parent / "plots").read_bytes() == b"mine"
 
 

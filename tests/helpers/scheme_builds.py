@@ -19,7 +19,8 @@ from quantize.build import build_checkpoint
 from quantize.calibration import build_calibration_set
 from quantize.catalog import SourceSpec
 from quantize.schemes import recipe_for
-from tests.test_calibration import korean_prose
+from tests.helpers.prose import korean_prose
+from tests.helpers.repo import REPO
 
 HAS_AUTOAWQ = importlib.util.find_spec("awq") is not None
 """autoawq is an optional extra (requirements/autoawq.txt): without it its scheme is left out here."""
@@ -30,9 +31,6 @@ def calibration_sources(ws: Workspace) -> list[SourceSpec]:
     (ws.sources() / "ko").mkdir(parents=True)
     (ws.sources() / "ko" / "law.txt").write_text(korean_prose(1, 40), encoding="utf-8")
     return [SourceSpec(name="law", lang="ko", glob="ko/law.txt", origin="tests/test_calibration.py")]
-
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def build_every_scheme(tmp: Path, tiny_model_dir: Path, serve_venv: Path) -> dict:
