@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from evals.reporting.row_cells import rag_cells
 from evals.tasks.ko_rag import answer_score
 from evals.tasks.ko_rag import metrics as rag_metrics
 from evals.tasks.ko_rag.abstention import abstains
@@ -139,7 +140,7 @@ def test_leaderboard_f1_and_em_leave_unanswerable_questions_out() -> None:
 
     answered = [_item(f"q{i}", "1k", 0.5) for i in range(4)]
     declined = [_item(f"u{i}", "1k", 1.0, reference=ABSTAIN) for i in range(4)]
-    cells = rag_metrics.leaderboard_cells(answered + declined, answered + declined, [], {})
+    cells = rag_cells(rag_metrics.rag_findings(answered + declined, answered + declined, [], {}))
     assert cells["ko_rag_f1_1k"] == 0.5 and cells["ko_rag_em_1k"] == 0.0
     assert cells["ko_rag_abstain"] == 1.0 and cells["ko_rag_f1_delta_1k"] == 0.0
 
@@ -231,5 +232,5 @@ def test_abstention_precision_counts_abstentions_on_answerable_questions_against
         _item(f"u{i}", "1k", 1.0, reference=ABSTAIN).model_copy(update={"generated": "알 수 없음"})
         for i in range(3)
     ]
-    cells = rag_metrics.leaderboard_cells(answered + declined, None, [], {})
+    cells = rag_cells(rag_metrics.rag_findings(answered + declined, None, [], {}))
     assert cells["ko_rag_abstain"] == 1.0 and cells["ko_rag_abstain_precision"] == 0.75

@@ -8,9 +8,8 @@ from collections.abc import Sequence
 
 from evals.planning.decide import BASE_SCHEME
 from evals.reporting.leaderboard_row import LeaderboardRow
-from evals.reporting.rag_columns import CONDITION_TEXT
+from evals.reporting.rag_columns import CONDITION_TEXT, column_prefix
 from evals.reporting.report_text import cell
-from evals.tasks.ko_rag.metrics import column_prefix
 from evals.tasks.ko_rag.sweep import CONDITIONS, LENGTHS, open_book_labels
 
 HOW_TO_READ = (

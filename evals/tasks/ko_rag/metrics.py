@@ -1,4 +1,4 @@
-"""The ko_rag leaderboard cells per condition and context length, from the scored items
+"""What ko_rag found about a checkpoint per condition and context length, from the scored items
 (`answer_score.py` scores each answer): F1 and EM over answerable questions, ΔF1 against the base with
 a paired bootstrap CI clustered by gold passage, the closed-book scores and the open-book gain over
 them (paired the same way), abstention, Hangul share, multiple-choice accuracy, retrieval recall."""
@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
+from evals.statistics.averages import Estimate
 from evals.statistics.stats import (
     BOOTSTRAP_RESAMPLES,
     SEED,
@@ -60,14 +62,65 @@ def paired_mean_ci(
     return percentile_ci(items if np.std(items) > np.std(clustered) else clustered)
 
 
-Cells = dict[str, float | str | None]
 Grouped = dict[tuple[str, str | None], dict[str, ItemResult]]
 """(condition label, length label or None) -> item id -> result."""
 
 
-def column_prefix(label: str) -> str:
-    """`ko_rag` for the retrieved condition (the columns it always had), `ko_rag_<label>` for the others."""
-    return "ko_rag" if label == RETRIEVED else f"ko_rag_{label}"
+@dataclass(frozen=True)
+class OpenBookScores:
+    """One open-book condition at one context length, answerable questions only."""
+
+    f1: float | None
+    """Mean number-exact answer F1; None when nothing was scored."""
+    em: float | None
+    """Exact-match share."""
+    f1_delta: Estimate | None
+    """F1 minus the base's on the same items, with its CI clustered by gold passage; None on the base
+    row or when the items differ."""
+
+
+@dataclass(frozen=True)
+class OpenBookGain:
+    """What the retrieved passages add over closed-book at one length, on the same questions."""
+
+    gain: Estimate | None
+    """Retrieved F1 minus closed-book F1, with its CI."""
+    gain_delta: Estimate | None
+    """`gain` minus the base's on the same questions; None on the base row."""
+
+
+@dataclass(frozen=True)
+class ClosedBookScores:
+    """The closed-book condition: answers from memory, and the open-book gain over them."""
+
+    f1: float | None
+    """Mean answer F1 on answerable questions without documents."""
+    em: float | None
+    """Share answered exactly without documents."""
+    gains: dict[str, OpenBookGain]
+    """Length label → the retrieved condition's gain over closed-book."""
+
+
+@dataclass(frozen=True)
+class RagFindings:
+    """What ko_rag found about one checkpoint (`rag_findings` says how each part is computed)."""
+
+    open_book: dict[tuple[str, str], OpenBookScores]
+    """(open-book condition label, length label) → its scores; the retrieved condition always."""
+    closed_book: ClosedBookScores | None
+    """None when the closed-book condition was not scored."""
+    hangul: float | None
+    """Mean Hangul share of the generated answers, retrieved condition."""
+    abstain: float | None
+    """Share of unanswerable questions whose answer abstains, retrieved condition."""
+    abstain_precision: float | None
+    """Share of the abstaining answers given on unanswerable questions, retrieved condition."""
+    mc_acc: float | None
+    """Multiple-choice accuracy over every scored length, retrieved condition."""
+    recall: dict[str, float]
+    """Length label → retrieval recall (the same for every checkpoint), where measured."""
+    skipped: dict[str, str]
+    """Length label → why it was not scored."""
 
 
 def _grouped(items: Sequence[ItemResult]) -> Grouped:
@@ -81,36 +134,30 @@ def _f1(item: ItemResult) -> float:
     return item.f1 or 0.0
 
 
-def _paired(
-    ours: dict[str, float], theirs: dict[str, float], clusters: dict[str, str]
-) -> tuple[float, float, float] | None:
-    """(mean of ours − theirs, its 95% CI clustered) over the same keys, None unless they match."""
+def _paired(ours: dict[str, float], theirs: dict[str, float], clusters: dict[str, str]) -> Estimate | None:
+    """The mean of ours − theirs with its 95% CI clustered, over the same keys; None unless they match."""
     if not ours or set(ours) != set(theirs):
         return None
     keys = sorted(ours)
     differences = np.array([ours[k] - theirs[k] for k in keys])
     low, high = paired_mean_ci(differences, [clusters[k] for k in keys])
-    return float(differences.mean()), low, high
+    return Estimate(float(differences.mean()), low, high)
 
 
-def condition_cells(label: str, ours: Grouped, theirs: Grouped | None) -> Cells:
-    """F1, EM and (against the base, on the same items) ΔF1 with its CI per length of one open-book
-    condition, answerable questions only."""
-    cells: Cells = {}
-    prefix = column_prefix(label)
-    for length in LENGTHS:
-        scored = ours.get((label, length), {})
-        f1 = {key: _f1(item) for key, item in scored.items()}
-        cells[f"{prefix}_f1_{length}"] = float(np.mean(list(f1.values()))) if f1 else None
-        cells[f"{prefix}_em_{length}"] = (
-            float(np.mean([i.correct for i in scored.values()])) if scored else None
-        )
-        base = {key: _f1(item) for key, item in (theirs or {}).get((label, length), {}).items()}
-        paired = _paired(f1, base, {key: item.subject for key, item in scored.items()})
-        if theirs is not None and paired is not None:
-            cells |= dict(zip((f"{prefix}_f1_delta_{length}", f"{prefix}_f1_ci_low_{length}",
-                               f"{prefix}_f1_ci_high_{length}"), paired, strict=True))  # fmt: skip
-    return cells
+def _open_book(label: str, length: str, ours: Grouped, theirs: Grouped | None) -> OpenBookScores:
+    """F1, EM and (against the base, on the same items) ΔF1 with its CI of one open-book condition at
+    one length, answerable questions only."""
+    scored = ours.get((label, length), {})
+    f1 = {key: _f1(item) for key, item in scored.items()}
+    delta = None
+    if theirs is not None:
+        base = {key: _f1(item) for key, item in theirs.get((label, length), {}).items()}
+        delta = _paired(f1, base, {key: item.subject for key, item in scored.items()})
+    return OpenBookScores(
+        f1=float(np.mean(list(f1.values()))) if f1 else None,
+        em=float(np.mean([i.correct for i in scored.values()])) if scored else None,
+        f1_delta=delta,
+    )
 
 
 def _gains(grouped: Grouped, length: str) -> tuple[dict[str, float], dict[str, str]]:
@@ -125,71 +172,71 @@ def _gains(grouped: Grouped, length: str) -> tuple[dict[str, float], dict[str, s
     return gains, clusters
 
 
-def closed_book_cells(ours: Grouped, theirs: Grouped | None) -> Cells:
+def _closed_book(ours: Grouped, theirs: Grouped | None) -> ClosedBookScores:
     """Closed-book F1 and EM (answerable questions), and per length the open-book gain (retrieved F1
     minus closed-book F1 on the same questions) with its CI, and its change against the base's."""
     closed = list(ours.get((CLOSED_BOOK, None), {}).values())
-    cells: Cells = {
-        "ko_rag_closed_book_f1": float(np.mean([_f1(i) for i in closed])) if closed else None,
-        "ko_rag_closed_book_em": float(np.mean([i.correct for i in closed])) if closed else None,
-    }
+    gains: dict[str, OpenBookGain] = {}
     for length in LENGTHS:
-        gains, clusters = _gains(ours, length)
-        within = _paired(gains, dict.fromkeys(gains, 0.0), clusters)
-        if within is not None:
-            cells |= dict(zip((f"ko_rag_gain_{length}", f"ko_rag_gain_ci_low_{length}",
-                               f"ko_rag_gain_ci_high_{length}"), within, strict=True))  # fmt: skip
-        across = _paired(gains, _gains(theirs, length)[0], clusters) if theirs is not None else None
-        if across is not None:
-            cells |= dict(zip((f"ko_rag_gain_delta_{length}", f"ko_rag_gain_delta_ci_low_{length}",
-                               f"ko_rag_gain_delta_ci_high_{length}"), across, strict=True))  # fmt: skip
-    return cells
+        gain, clusters = _gains(ours, length)
+        within = _paired(gain, dict.fromkeys(gain, 0.0), clusters)
+        across = _paired(gain, _gains(theirs, length)[0], clusters) if theirs is not None else None
+        gains[length] = OpenBookGain(within, across)
+    return ClosedBookScores(
+        f1=float(np.mean([_f1(i) for i in closed])) if closed else None,
+        em=float(np.mean([i.correct for i in closed])) if closed else None,
+        gains=gains,
+    )
 
 
-def leaderboard_cells(
+def _mean(values: Sequence[float | bool]) -> float | None:
+    return float(np.mean(values)) if values else None
+
+
+def rag_findings(
     items: Sequence[ItemResult],
     base_items: Sequence[ItemResult] | None,
     choice_items: Sequence[ItemResult],
     skipped: dict[str, str],
     recall: dict[str, float] | None = None,
-) -> Cells:
-    """The `ko_rag_*` leaderboard cells of one checkpoint: per open-book condition and length, F1, EM and
-    (against the base, on the same items) ΔF1 with a paired bootstrap 95% CI clustered by gold passage,
-    over answerable questions only; the closed-book scores and open-book gain; on the retrieved
-    condition, Hangul share, abstention recall (on unanswerable questions) and precision, and
-    multiple-choice accuracy over all scored lengths, and retrieval recall per length (`recall`); the
-    lengths skipped and why."""
+) -> RagFindings:
+    """ko_rag's findings about one checkpoint: per open-book condition and length, F1, EM and (against
+    the base, on the same items) ΔF1 with a paired bootstrap 95% CI clustered by gold passage, over
+    answerable questions only; the closed-book scores and open-book gain; on the retrieved condition,
+    Hangul share, abstention recall (on unanswerable questions) and precision, and multiple-choice
+    accuracy over all scored lengths, and retrieval recall per length (`recall`); the lengths skipped
+    and why."""
     answerable = [item for item in items if item.reference != ABSTAIN]
     ours = _grouped(answerable)
     theirs = None if base_items is None else _grouped([i for i in base_items if i.reference != ABSTAIN])
-    cells: Cells = {}
-    for label in sorted({label for label, _ in ours if label != CLOSED_BOOK} | {RETRIEVED}):
-        cells |= condition_cells(label, ours, theirs)
-    if (CLOSED_BOOK, None) in ours:
-        cells |= closed_book_cells(ours, theirs)
+    labels = sorted({label for label, _ in ours if label != CLOSED_BOOK} | {RETRIEVED})
     retrieved = [item for item in items if coordinates(item.item_id)[0] == RETRIEVED]
-    shares = [item.hangul_share for item in retrieved if item.hangul_share is not None]
-    cells["ko_rag_hangul"] = float(np.mean(shares)) if shares else None
     unanswerable = [item for item in retrieved if item.reference == ABSTAIN]  # `correct`: it abstained
-    cells["ko_rag_abstain"] = float(np.mean([i.correct for i in unanswerable])) if unanswerable else None
-    declined = [item.reference == ABSTAIN for item in retrieved if abstains(item.generated or "")]
-    cells["ko_rag_abstain_precision"] = float(np.mean(declined)) if declined else None
     choices = [item for item in choice_items if coordinates(item.item_id)[0] == RETRIEVED]
-    cells["ko_rag_mc_acc"] = float(np.mean([i.correct for i in choices])) if choices else None
-    cells |= {f"ko_rag_recall_{length}": (recall or {}).get(length) for length in LENGTHS}
-    cells["ko_rag_skipped"] = "; ".join(f"{label}: {why}" for label, why in skipped.items()) or None
-    return cells
+    return RagFindings(
+        open_book={(label, length): _open_book(label, length, ours, theirs) for label in labels
+                   for length in LENGTHS},
+        closed_book=_closed_book(ours, theirs) if (CLOSED_BOOK, None) in ours else None,
+        hangul=_mean([item.hangul_share for item in retrieved if item.hangul_share is not None]),
+        abstain=_mean([i.correct for i in unanswerable]),
+        abstain_precision=_mean(
+            [item.reference == ABSTAIN for item in retrieved if abstains(item.generated or "")]
+        ),
+        mc_acc=_mean([i.correct for i in choices]),
+        recall=dict(recall or {}),
+        skipped=skipped,
+    )  # fmt: skip
 
 
-def checkpoint_cells(
+def checkpoint_findings(
     items: Mapping[str, Sequence[ItemResult]],
     base_items: Mapping[str, Sequence[ItemResult]] | None,
     skipped: dict[str, str],
     recall: dict[str, float] | None = None,
-) -> Cells:
-    """`leaderboard_cells` from a checkpoint's items by task (`base_items` None on the base row)."""
+) -> RagFindings:
+    """`rag_findings` from a checkpoint's items by task (`base_items` None on the base row)."""
     base = None if base_items is None else base_items.get(TASK, [])
-    return leaderboard_cells(items.get(TASK, []), base, items.get(MC_TASK, []), skipped, recall)
+    return rag_findings(items.get(TASK, []), base, items.get(MC_TASK, []), skipped, recall)
 
 
 def closed_book_flags(results: Sequence[ItemResult]) -> list[ItemResult]:
