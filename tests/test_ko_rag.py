@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from evals.reporting.row_cells import rag_cells
-from evals.scoring.score import ChoiceTokenizer
 from evals.tasks.ko_rag import answer_score
 from evals.tasks.ko_rag import context as rag_context
 from evals.tasks.ko_rag import docs as rag_docs
@@ -23,6 +22,7 @@ from evals.tasks.ko_rag.choices import mc_choices
 from evals.tasks.ko_rag.retrieval import Bm25, Retriever, plan_context, recall_at_k
 from evals.tasks.ko_rag.source import RagSource
 from evals.tasks.ko_rag.sweep import LENGTHS, RETRIEVED
+from evals.tasks.prompt_tokens import ChoiceTokenizer
 from evals.tasks.prompts import TASKS_DIR
 from kqe.core.errors import UserError
 from kqe.core.results import ItemResult

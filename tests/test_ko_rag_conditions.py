@@ -15,12 +15,12 @@ from evals.reporting.leaderboard import read_leaderboard, write_leaderboard
 from evals.reporting.leaderboard_row import LeaderboardRow
 from evals.reporting.rag_columns import RAG_COLUMNS
 from evals.reporting.row_cells import rag_cells
-from evals.scoring.score import ChoiceTokenizer
 from evals.tasks.ko_rag import context as rag_context
 from evals.tasks.ko_rag import metrics as rag_metrics
 from evals.tasks.ko_rag import rows as rag_rows
 from evals.tasks.ko_rag import task as rag_task
 from evals.tasks.ko_rag.sweep import CONDITIONS, DEPTH_GRID, LENGTHS, RETRIEVED, coordinates, question_of
+from evals.tasks.prompt_tokens import ChoiceTokenizer
 from kqe.core.errors import UserError
 from kqe.core.io import read_jsonl
 from kqe.core.results import ItemResult

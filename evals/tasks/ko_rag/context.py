@@ -77,7 +77,7 @@ def fit_context(
 def hf_budgeter(tokenizer_dir: Path, chat_template: bool = False) -> Budgeter:
     """Token counts with the checkpoint's tokenizer, encoded the way lm-eval's hf model encodes; with
     `chat_template`, prompts framed by its chat template (a UserError when it has none)."""
-    from evals.scoring.score import ChoiceTokenizer
+    from evals.tasks.prompt_tokens import ChoiceTokenizer  # transformers: not on every CLI start
 
     tokenizer = ChoiceTokenizer(tokenizer_dir)
     where, flag = str(tokenizer_dir), "--rag-chat-template"
