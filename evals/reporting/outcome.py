@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from evals.planning.placement import Placement
 from evals.statistics.averages import TaskSummary
 from evals.statistics.perplexity_stats import PerplexityFindings
-from evals.tasks.ko_rag.metrics import RagFindings
+from evals.statistics.rag_findings import RagFindings
 from kqe.core.capacity import CapacityReport
 from kqe.core.records import Checkpoint, MemoryReport, ServeProfile
 from kqe.core.results import Comparison, ItemResult, ScoreRun

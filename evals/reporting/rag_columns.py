@@ -1,5 +1,5 @@
 """The ko_rag leaderboard columns, generated per condition and context length from the sweep
-(`evals/tasks/ko_rag/sweep.py`) and filled from `evals/tasks/ko_rag/metrics.py`'s findings: the retrieved
+(`evals/tasks/ko_rag/sweep.py`) and filled from `evals/statistics/rag_findings.py`'s findings: the retrieved
 condition keeps the plain `ko_rag_f1_<length>` names, the others are `ko_rag_<condition>_f1_<length>`.
 
 Each column's group (`ColumnDoc.prefix`) decides when a CSV has it: `ko_rag` always (the columns the

@@ -8,7 +8,7 @@ from evals.planning.placement import Placement
 from evals.reporting.rag_columns import column_prefix as rag_prefix
 from evals.statistics.averages import Estimate, TaskSummary
 from evals.statistics.perplexity_stats import PerplexityFindings
-from evals.tasks.ko_rag.metrics import ClosedBookScores, RagFindings
+from evals.statistics.rag_findings import ClosedBookScores, RagFindings
 from evals.tasks.ko_rag.sweep import LENGTHS
 from evals.tasks.registry import column_prefix
 

@@ -16,9 +16,8 @@ from evals.reporting import leaderboard, report
 from evals.reporting.leaderboard_row import LeaderboardRow
 from evals.reporting.outcome import CheckpointOutcome, CheckpointResult, TaskFindings
 from evals.serving import hardware, serve
-from evals.statistics import averages, parallel, perplexity_stats, stats
+from evals.statistics import averages, parallel, perplexity_stats, rag_findings, stats
 from evals.statistics.perplexity_stats import PerplexityFindings
-from evals.tasks.ko_rag import metrics as rag_metrics
 from kqe.core.capacity import CapacityReport
 from kqe.core.errors import UserError
 from kqe.core.io import read_record, write_record
@@ -138,7 +137,7 @@ def _findings(
     rag = None
     if matrix.rag is not None:
         skipped, recall = matrix.rag.skipped, matrix.rag.gold_in_context
-        rag = rag_metrics.checkpoint_findings(outcome.items, base_items, skipped, recall)
+        rag = rag_findings.checkpoint_findings(outcome.items, base_items, skipped, recall)
     ppl = _perplexity_findings(matrix, ckpt, base.checkpoint, control.checkpoint if control else None)
     return CheckpointResult(
         outcome, profile, command, memory=memory, base_memory=_row_memory(matrix, base), tasks=tasks,
