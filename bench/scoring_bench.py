@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evals.scoring.score import choice_tokenizer, score_task
+from evals.scoring.score import score_task
 from evals.serving.serve import VllmServer, local_profile
+from evals.tasks.prompt_tokens import choice_tokenizer
 from evals.tasks.prompts import PromptItem, load_prompts, prepare_tasks
 from evals.tasks.registry import LM_EVAL_TASKS
 from kqe.core.io import read_jsonl

@@ -1,6 +1,7 @@
-"""The package graph (fast): the floor imports nothing above it, the stages import only the floor (and
-evals may read quantize's records), only the roof imports across all; no import cycle between files;
-no module over 400 lines; test modules import only the shared helpers (`tests/helpers/`)."""
+"""The package graph (fast): the floor imports nothing above it, each stage imports only the floor and
+the stages before it in STAGE_ORDER (evals may read quantize's records), only the roof imports across
+all, so the stages form a DAG; no import cycle between files; evals/reporting alone names leaderboard
+columns; no module over 400 lines; test modules import only the shared helpers (`tests/helpers/`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,13 @@ ROOF = ("kqe.commands", "kqe.pipeline", "kqe.cli")
 """Modules allowed to import across every stage."""
 QUANTIZE_RECORDS = {"quantize", "quantize.formats"}
 """What evals may read of quantize: what a checkpoint's config says about its quantization."""
+STAGE_ORDER = (
+    "kqe.core", "quantize", "evals.serving", "evals.tasks", "evals.statistics", "evals.scoring",
+    "evals.capacity", "evals.planning", "evals.reporting", "kqe.pipeline", "kqe.commands", "kqe.cli",
+)  # fmt: skip
+"""The stages, bottom up (docs/contributing.md#architecture-rules): a stage may import those before it."""
+REPORTING = "evals.reporting"
+"""The one stage that names leaderboard columns and builds LeaderboardRow's cells."""
 MAX_LINES = 400
 
 
@@ -52,6 +60,13 @@ def _in(module: str, prefix: str) -> bool:
     return module == prefix or module.startswith(prefix + ".")
 
 
+def _stage(module: str) -> str:
+    """The stage a module belongs to: `evals.<stage>`, `kqe.<layer>` or `quantize` (a package root is its
+    own: `kqe` holds only the version)."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] in ("evals", "kqe") else parts[0]
+
+
 def _allowed(importer: str, imported: str) -> bool:
     if _in(imported, "kqe.core") or imported == "kqe":
         return True  # the floor (and the package root, which holds only the version)
@@ -63,6 +78,32 @@ def _allowed(importer: str, imported: str) -> bool:
     if _in(imported, stage):
         return True
     return stage == "evals" and imported in QUANTIZE_RECORDS
+
+
+def _stage_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for importer, imports in _graph().items():
+        graph.setdefault(_stage(importer), set()).update(
+            _stage(imported) for imported in imports if _stage(imported) != _stage(importer)
+        )
+    return graph
+
+
+def test_every_stage_imports_only_stages_before_it() -> None:
+    graph = _stage_graph()
+    assert set(graph) - {"kqe", "evals"} == set(STAGE_ORDER), "a new stage takes its place in STAGE_ORDER"
+    order = {stage: n for n, stage in enumerate(STAGE_ORDER)} | {"kqe": -1, "evals": -1}
+    wrong = sorted(
+        f"{stage} -> {imported}"
+        for stage, imports in graph.items()
+        for imported in imports
+        if order[imported] >= order[stage]
+    )
+    assert wrong == []
+
+
+def test_the_stages_form_a_dag() -> None:
+    assert _cycle(_stage_graph()) is None
 
 
 def test_the_package_graph_has_no_back_edges() -> None:
@@ -144,3 +185,34 @@ def test_tests_import_only_the_shared_helpers() -> None:
         if not _in(name, "tests.helpers")
     )
     assert wrong == []
+
+
+def _reporting_free_modules() -> dict[str, Path]:
+    return {name: path for name, path in _project_modules().items() if not _in(name, REPORTING)}
+
+
+def test_only_reporting_builds_leaderboard_cells() -> None:
+    """Stages hand typed parts to reporting: outside evals/reporting no function is named `*_cells`, no
+    code builds a LeaderboardRow, and no dict names a generated (per-task or ko_rag) column."""
+    from evals.reporting.leaderboard_row import GENERATED_COLUMNS
+
+    wrong = []
+    for name, path in _reporting_free_modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.endswith("_cells"):
+                wrong.append(f"{name}: def {node.name}")
+            elif isinstance(node, ast.Call) and _called(node) in (
+                "LeaderboardRow",
+                "LeaderboardRow.model_validate",
+            ):
+                wrong.append(f"{name}: {_called(node)}(…)")
+            elif isinstance(node, ast.Dict):
+                keys = {
+                    k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)
+                }
+                wrong += [f"{name}: column {key!r}" for key in sorted(keys & set(GENERATED_COLUMNS))]
+    assert wrong == []
+
+
+def _called(node: ast.Call) -> str:
+    return ast.unparse(node.func)

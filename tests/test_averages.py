@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from evals.reporting.leaderboard_row import COLUMNS
-from evals.statistics.averages import leaderboard_cells, macro_delta, task_averages
+from evals.reporting.row_cells import averages_cells
+from evals.statistics.averages import checkpoint_averages, macro_delta, task_averages
 from evals.tasks.benchmark_data import kmmlu_categories, kmmlu_hard_dir, kmmlu_hard_rows, kmmlu_subjects
 
 
@@ -63,8 +64,12 @@ def test_macro_delta_is_paired_and_hand_computed() -> None:
 
 def test_same_seed_same_intervals_and_base_rows_leave_delta_empty() -> None:
     scored = items("mmlu", {"anatomy": [1, 0, 1, 0, 1], "virology": [0, 0, 1]})
-    first = leaderboard_cells({"mmlu": scored}, None, {"mmlu": "MMLU test (offline)"}, resamples=500)
-    again = leaderboard_cells({"mmlu": scored}, None, {"mmlu": "MMLU test (offline)"}, resamples=500)
+    first = averages_cells(
+        checkpoint_averages({"mmlu": scored}, None, {"mmlu": "MMLU test (offline)"}, resamples=500)
+    )
+    again = averages_cells(
+        checkpoint_averages({"mmlu": scored}, None, {"mmlu": "MMLU test (offline)"}, resamples=500)
+    )
     assert first == again
     assert first["mmlu_source"] == "MMLU test (offline)" and "mmlu_macro_delta" not in first
     assert first["mmlu_macro"] == pytest.approx((3 / 5 + 1 / 3) / 2)
@@ -81,7 +86,9 @@ def test_kmmlu_cells_carry_every_supercategory_and_fit_the_row() -> None:
         Item(i.task, i.item_id, i.subject, i.correct if rng.random() < 0.8 else not i.correct) for i in scored
     ]
     label = "KMMLU-HARD dev (offline, 225 items), 0-shot"
-    cells = leaderboard_cells({"kmmlu": cand}, {"kmmlu": scored}, {"kmmlu": label}, resamples=500)
+    cells = averages_cells(
+        checkpoint_averages({"kmmlu": cand}, {"kmmlu": scored}, {"kmmlu": label}, resamples=500)
+    )
     for category in ("stem", "applied", "humss", "other"):
         assert (
             cells[f"kmmlu_{category}_ci_low"]
@@ -144,10 +151,10 @@ def test_intervals_cover_the_truth_about_95_percent(shape: str) -> None:
 
 
 def test_report_section_names_the_items_and_shows_micro_and_macro() -> None:
+    from evals.reporting.averages_report import markdown_section
     from evals.reporting.leaderboard import build_row
-    from evals.reporting.outcome import CheckpointOutcome, RowFindings
+    from evals.reporting.outcome import CheckpointOutcome, CheckpointResult, TaskFindings
     from evals.serving.serve import load_profile
-    from evals.statistics.averages import markdown_section
     from kqe.core.records import Checkpoint
     from kqe.core.results import ScoreRun
 
@@ -156,7 +163,7 @@ def test_report_section_names_the_items_and_shows_micro_and_macro() -> None:
     label = "KMMLU-HARD dev (offline, 225 items), 0-shot"
     rows = []
     for name, scored, reference in (("bf16", base, None), ("awq", cand, {"kmmlu": base})):
-        cells = leaderboard_cells({"kmmlu": scored}, reference, {"kmmlu": label}, resamples=500)
+        found = checkpoint_averages({"kmmlu": scored}, reference, {"kmmlu": label}, resamples=500)
         checkpoint = Checkpoint(
             name=name, scheme=name, model="tiny", path="/x", recipe={}, calibration_hash=None,
             package_versions={}, wall_s=1.0, peak_rss_bytes=1, disk_bytes=1, key="k",
@@ -167,7 +174,8 @@ def test_report_section_names_the_items_and_shows_micro_and_macro() -> None:
             items_path="/x", profile_key="p",
         )  # fmt: skip
         outcome = CheckpointOutcome("tiny", name, name, "none", "ok", checkpoint, runs={"kmmlu": run})
-        rows.append(build_row(outcome, RowFindings(load_profile("cpu-ci"), "kqe", cells=cells)))
+        result = CheckpointResult(outcome, load_profile("cpu-ci"), "kqe", tasks=TaskFindings(averages=found))
+        rows.append(build_row(result))
     assert rows[1].kmmlu_acc == pytest.approx(0.6) and rows[1].kmmlu_macro == pytest.approx(
         (5 / 8 + 1 / 2) / 2
     )

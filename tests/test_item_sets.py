@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from evals.statistics.resolution import FLIP_SHARES, unresolved
 from evals.statistics.stats import minimum_detectable_effect
 from evals.tasks import benchmark_data
 from evals.tasks.benchmark_data import KMMLU_REVISION, MMLU_REVISION
-from evals.tasks.item_sets import FLIP_SHARES, check_hub, choose, unresolved
+from evals.tasks.item_sets import check_hub, choose
 from evals.tasks.prompts import prepare_tasks, source_label, to_download
 from kqe.cli import main
 from kqe.core.errors import UserError

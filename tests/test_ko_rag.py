@@ -10,17 +10,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from evals.scoring.score import ChoiceTokenizer
+from evals.reporting.row_cells import rag_cells
+from evals.statistics import rag_findings
 from evals.tasks.ko_rag import answer_score
 from evals.tasks.ko_rag import context as rag_context
 from evals.tasks.ko_rag import docs as rag_docs
-from evals.tasks.ko_rag import metrics as rag_metrics
 from evals.tasks.ko_rag import rows as rag_rows
 from evals.tasks.ko_rag import task as rag_task
 from evals.tasks.ko_rag.choices import mc_choices
 from evals.tasks.ko_rag.retrieval import Bm25, Retriever, plan_context, recall_at_k
 from evals.tasks.ko_rag.source import RagSource
 from evals.tasks.ko_rag.sweep import LENGTHS, RETRIEVED
+from evals.tasks.prompt_tokens import ChoiceTokenizer
 from evals.tasks.prompts import TASKS_DIR
 from kqe.core.errors import UserError
 from kqe.core.workspace import Workspace
@@ -256,7 +257,7 @@ def test_leaderboard_cells_pair_the_same_items_per_length() -> None:
     cand = [rag_item(f"q{i}", "1k", 1.0 if i % 2 else 0.0) for i in range(20)]
     cand += [rag_item(f"q{i}", "2k", 0.5) for i in range(20)]
     skipped = {"4k": "over max-model-len 2048", "16k": "over max-model-len 2048"}
-    cells = rag_metrics.leaderboard_cells(cand, base, [], skipped)
+    cells = rag_cells(rag_findings.rag_findings(cand, base, [], skipped))
     assert cells["ko_rag_f1_1k"] == 0.5 and cells["ko_rag_em_1k"] == 0.5
     assert cells["ko_rag_f1_delta_1k"] == -0.5
     low, high = cells["ko_rag_f1_ci_low_1k"], cells["ko_rag_f1_ci_high_1k"]
@@ -266,7 +267,7 @@ def test_leaderboard_cells_pair_the_same_items_per_length() -> None:
         cells["ko_rag_f1_4k"] is None
         and cells["ko_rag_skipped"] == "4k: over max-model-len 2048; 16k: over max-model-len 2048"
     )
-    base_row = rag_metrics.leaderboard_cells(base, None, [], {})
+    base_row = rag_cells(rag_findings.rag_findings(base, None, [], {}))
     assert base_row["ko_rag_f1_2k"] == 0.5 and "ko_rag_f1_delta_2k" not in base_row
     assert base_row["ko_rag_skipped"] is None
 

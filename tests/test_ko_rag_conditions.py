@@ -14,12 +14,14 @@ import pytest
 from evals.reporting.leaderboard import read_leaderboard, write_leaderboard
 from evals.reporting.leaderboard_row import LeaderboardRow
 from evals.reporting.rag_columns import RAG_COLUMNS
-from evals.scoring.score import ChoiceTokenizer
+from evals.reporting.row_cells import rag_cells
+from evals.statistics import rag_findings
 from evals.tasks.ko_rag import context as rag_context
 from evals.tasks.ko_rag import metrics as rag_metrics
 from evals.tasks.ko_rag import rows as rag_rows
 from evals.tasks.ko_rag import task as rag_task
 from evals.tasks.ko_rag.sweep import DEPTH_GRID, LENGTHS, RETRIEVED, coordinates, question_of
+from evals.tasks.prompt_tokens import ChoiceTokenizer
 from kqe.core.defaults import RAG_CONDITIONS
 from kqe.core.errors import UserError
 from kqe.core.io import read_jsonl
@@ -203,7 +205,7 @@ def test_leaderboard_columns_of_each_condition_from_saved_rows(tmp_path: Path) -
     flagged = {r.item_id: r.closed_book for r in saved["cand"]}
     assert flagged["ko_rag/q1/retrieved/1k"] is True and flagged["ko_rag/q2/oracle/1k"] is False
     assert flagged["ko_rag/q1/closed_book"] is None
-    cells = rag_metrics.leaderboard_cells(saved["cand"], saved["base"], [], {}, {"1k": 0.75})
+    cells = rag_cells(rag_findings.rag_findings(saved["cand"], saved["base"], [], {}, {"1k": 0.75}))
     assert set(cells) <= set(RAG_COLUMNS)
     assert cells["ko_rag_f1_1k"] == 0.5 and cells["ko_rag_oracle_f1_1k"] == 1.0
     assert cells["ko_rag_f1_delta_1k"] == -0.5 and cells["ko_rag_oracle_f1_delta_1k"] == 0.0
@@ -213,7 +215,7 @@ def test_leaderboard_columns_of_each_condition_from_saved_rows(tmp_path: Path) -
     assert cells["ko_rag_gain_delta_1k"] == pytest.approx(-0.5)  # the base gained 0.5
     low, high = cells["ko_rag_gain_delta_ci_low_1k"], cells["ko_rag_gain_delta_ci_high_1k"]
     assert isinstance(low, float) and isinstance(high, float) and low <= -0.5 <= high
-    base_cells = rag_metrics.leaderboard_cells(saved["base"], None, [], {}, {"1k": 0.75})
+    base_cells = rag_cells(rag_findings.rag_findings(saved["base"], None, [], {}, {"1k": 0.75}))
     assert base_cells["ko_rag_gain_1k"] == pytest.approx(0.5) and "ko_rag_gain_delta_1k" not in base_cells
     identity = {
         "model": "tiny", "checkpoint": "c", "scheme": "bf16", "calibration": "none", "status": "ok",

@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from evals.reporting.row_cells import rag_cells
+from evals.statistics import rag_findings
 from evals.tasks.ko_rag import answer_score
-from evals.tasks.ko_rag import metrics as rag_metrics
 from evals.tasks.ko_rag.abstention import abstains
 from evals.tasks.ko_rag.context import ABSTAIN
 from evals.tasks.ko_rag.normalise import normalise
@@ -139,7 +140,7 @@ def test_leaderboard_f1_and_em_leave_unanswerable_questions_out() -> None:
 
     answered = [rag_item(f"q{i}", "1k", 0.5) for i in range(4)]
     declined = [rag_item(f"u{i}", "1k", 1.0, reference=ABSTAIN) for i in range(4)]
-    cells = rag_metrics.leaderboard_cells(answered + declined, answered + declined, [], {})
+    cells = rag_cells(rag_findings.rag_findings(answered + declined, answered + declined, [], {}))
     assert cells["ko_rag_f1_1k"] == 0.5 and cells["ko_rag_em_1k"] == 0.0
     assert cells["ko_rag_abstain"] == 1.0 and cells["ko_rag_f1_delta_1k"] == 0.0
 
@@ -179,13 +180,13 @@ def test_delta_ci_resamples_whole_passages() -> None:
     of evidence, so its CI is wider than the one that counts twenty independent questions."""
     differences = np.array([-1.0] * 10 + [0.0] * 10)
     one_passage = ["constitution/art-47"] * 10 + [f"p{i}" for i in range(10)]
-    low, high = rag_metrics.paired_mean_ci(differences, one_passage, resamples=4000)
-    item_low, item_high = rag_metrics.paired_mean_ci(
+    low, high = rag_findings.paired_mean_ci(differences, one_passage, resamples=4000)
+    item_low, item_high = rag_findings.paired_mean_ci(
         differences, [f"q{i}" for i in range(20)], resamples=4000
     )
     assert low <= -0.5 <= high and item_low <= -0.5 <= item_high
     assert high - low > 1.5 * (item_high - item_low)
-    assert rag_metrics.paired_mean_ci(differences, one_passage, resamples=4000) == (low, high)  # seeded
+    assert rag_findings.paired_mean_ci(differences, one_passage, resamples=4000) == (low, high)  # seeded
 
 
 def test_abstention_precision_counts_abstentions_on_answerable_questions_against_it() -> None:
@@ -196,5 +197,5 @@ def test_abstention_precision_counts_abstentions_on_answerable_questions_against
         rag_item(f"u{i}", "1k", 1.0, reference=ABSTAIN).model_copy(update={"generated": "알 수 없음"})
         for i in range(3)
     ]
-    cells = rag_metrics.leaderboard_cells(answered + declined, None, [], {})
+    cells = rag_cells(rag_findings.rag_findings(answered + declined, None, [], {}))
     assert cells["ko_rag_abstain"] == 1.0 and cells["ko_rag_abstain_precision"] == 0.75

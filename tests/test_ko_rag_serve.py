@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from evals.scoring import generate, score
+from evals.tasks import prompt_tokens
 from evals.tasks.ko_rag import task as rag_task
 from evals.tasks.ko_rag.sweep import coordinates, question_of
 from evals.tasks.prompts import TASKS_DIR
@@ -85,7 +86,7 @@ def test_generation_and_choices_match_lm_eval_hf_item_by_item(
     for sample in generated:
         result = ours[sample["doc"]["item_id"]]
         assert sample["arguments"][0][0] == sample["doc"]["prompt"]  # the prompt we sent, byte for byte
-        assert result.prompt_sha == score.prompt_sha(sample["doc"]["prompt"])
+        assert result.prompt_sha == prompt_tokens.prompt_sha(sample["doc"]["prompt"])
         # an answer cut at max_tokens inside a character: HF's decode ends in U+FFFD, vLLM holds the
         # incomplete UTF-8 back (vllm 0.32.0+cpu, vllm/v1/engine/detokenizer.py:235, `_protected_step`
         # returns tokenizers' DecodeStream.step None for it and nothing flushes it at the end)

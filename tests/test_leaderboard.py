@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from evals.planning.placement import Placement
+from evals.planning.planner import Plan
 from evals.reporting.leaderboard import (
     COLUMNS,
     build_row,
@@ -19,7 +21,7 @@ from evals.reporting.leaderboard_row import (
     READABLE_SCHEMA_VERSIONS,
     LeaderboardRow,
 )
-from evals.reporting.outcome import CheckpointOutcome, RowFindings
+from evals.reporting.outcome import CheckpointOutcome, CheckpointResult, TaskFindings
 from evals.reporting.rag_columns import RAG_COLUMNS
 from evals.serving.serve import load_profile
 from evals.tasks.registry import COLUMN_SPECS
@@ -58,27 +60,27 @@ def sample_row(command: str = "kqe eval --model tiny") -> LeaderboardRow:
     )  # fmt: skip
     runs, comparisons = {"mmlu": run}, {"mmlu": comparison}
     outcome = CheckpointOutcome("tiny", "awq-w4a16", "awq-w4a16", "ko70", "ok", checkpoint(), runs=runs)
-    return build_row(
-        outcome, RowFindings(load_profile("cpu-ci"), command, memory=memory, vs_base=comparisons)
-    )
+    tasks = TaskFindings(vs_base=comparisons)
+    return build_row(CheckpointResult(outcome, load_profile("cpu-ci"), command, memory=memory, tasks=tasks))
 
 
 def test_a_quantized_row_scoring_ko_rag_builds_with_the_other_tasks_cells() -> None:
     """ko_rag and ko_rag_mc are compared with the base like every task (run.json keeps those), but
     their leaderboard cells come from the ko_rag module, not the shared `<prefix>_*` columns."""
     plain = sample_row()
-    outcome, findings = _rag_outcome(plain)
-    row = build_row(outcome, findings)
+    row = build_row(_rag_result(plain))
     assert row.mmlu_delta == plain.mmlu_delta == pytest.approx(-0.1)
     assert row.mmlu_acc == plain.mmlu_acc and row.kmmlu_acc is None
 
 
-def _rag_outcome(plain: LeaderboardRow) -> tuple[CheckpointOutcome, RowFindings]:
+def _rag_result(plain: LeaderboardRow) -> CheckpointResult:
     """sample_row's checkpoint with ko_rag and ko_rag_mc scored and compared beside mmlu."""
     runs = {task: _SAMPLE_RUN.model_copy(update={"task": task}) for task in ("mmlu", "ko_rag", "ko_rag_mc")}
     vs_base = {task: _SAMPLE_COMPARISON.model_copy(update={"task": task}) for task in runs}
     outcome = CheckpointOutcome("tiny", "awq-w4a16", "awq-w4a16", "ko70", "ok", checkpoint(), runs=runs)
-    return outcome, RowFindings(load_profile("cpu-ci"), plain.command, vs_base=vs_base)
+    return CheckpointResult(
+        outcome, load_profile("cpu-ci"), plain.command, tasks=TaskFindings(vs_base=vs_base)
+    )
 
 
 def test_round_trip_keeps_values(tmp_path: Path) -> None:
@@ -105,7 +107,13 @@ def test_a_checkpoint_never_built_keeps_its_status_profile_and_planned_memory() 
         max_concurrency=0.0, max_model_len=16384,
     )  # fmt: skip
     outcome = CheckpointOutcome("tiny", "bf16", "bf16", "none", "not scored: fits nowhere here")
-    row = build_row(outcome, RowFindings(profile, "kqe eval", memory=planned, cells={"fits_target": False}))
+    plan = Plan.model_construct(
+        gpu="RTX 4090", gpu_gib=24.0, tensor_parallel_size=1, fits=False, pattern=None
+    )
+    placement = Placement.model_construct(
+        target_plan=plan, memory_source="planner", shortfall_gib=3.5, score=None
+    )  # a target it does not fit, and nowhere to score here
+    row = build_row(CheckpointResult(outcome, profile, "kqe eval", memory=planned, placement=placement))
     assert (row.status, row.serve_profile) == ("not scored: fits nowhere here", f"rtx4090-16k:{profile.key}")
     assert row.weights_gib == 27.5 and row.fits_target is False
     assert row.checkpoint_key == "" and row.disk_gib is None and row.mmlu_acc is None

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from evals.scoring import continuation
-from evals.scoring.score import ChoiceTokenizer, item_result
+from evals.scoring.score import item_result
 from evals.tasks import lm_eval_bridge
+from evals.tasks.prompt_tokens import ChoiceTokenizer
 from evals.tasks.prompts import PromptItem, check_tasks
 from kqe.core.errors import UserError
 from tests.helpers.cli import run_kqe

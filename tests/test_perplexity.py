@@ -16,12 +16,12 @@ import pytest
 
 from evals.scoring.perplexity import (
     document_windows,
-    leaderboard_cells,
     measure_perplexity,
     perplexity_of,
     prompt_token_logprobs,
     token_windows,
 )
+from evals.statistics.perplexity_stats import relative_change
 from kqe.core.results import Perplexity
 from kqe.core.workspace import Workspace
 from tests.helpers.prose import english_prose, korean_prose
@@ -69,18 +69,13 @@ def _record(name: str, ko: float, en: float, text: str = "x", window: int = 512)
     )  # fmt: skip
 
 
-def test_leaderboard_cells_give_the_change_against_the_base_in_percent() -> None:
+def test_relative_change_gives_the_change_against_the_base_in_percent() -> None:
     base = _record("bf16", 12.0, 20.0)
-    assert leaderboard_cells(_record("awq", 15.0, 19.0), base) == {
-        "ppl_ko": 15.0, "ppl_ko_delta_pct": 25.0, "ppl_en": 19.0, "ppl_en_delta_pct": -5.0,
-    }  # fmt: skip
-    assert leaderboard_cells(base, base)["ppl_ko_delta_pct"] is None, "the base row has no Δ"
-    other_text = leaderboard_cells(_record("awq", 15.0, 19.0, text="z"), base)
-    assert other_text["ppl_ko_delta_pct"] is None and other_text["ppl_en_delta_pct"] == -5.0
-    assert leaderboard_cells(_record("awq", 15.0, 19.0, window=256), base)["ppl_en_delta_pct"] is None
-    assert leaderboard_cells(None, base) == dict.fromkeys(
-        ("ppl_ko", "ppl_ko_delta_pct", "ppl_en", "ppl_en_delta_pct")
-    )
+    assert relative_change(_record("awq", 15.0, 19.0), base) == {"ko": 25.0, "en": -5.0}
+    assert relative_change(base, base) == {}, "the base row has no Δ"
+    assert relative_change(_record("awq", 15.0, 19.0, text="z"), base) == {"en": -5.0}
+    assert relative_change(_record("awq", 15.0, 19.0, window=256), base) == {}
+    assert relative_change(None, base) == {}
 
 
 @pytest.fixture(scope="module")

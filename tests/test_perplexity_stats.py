@@ -11,6 +11,7 @@ from scipy.stats import norm
 from statsmodels.stats.multitest import multipletests
 
 from evals.reporting.perplexity_report import perplexity_section
+from evals.reporting.row_cells import perplexity_cells
 from evals.statistics.multiplicity import benjamini_hochberg
 from evals.statistics.perplexity_stats import (
     DOCUMENTS,
@@ -160,15 +161,18 @@ def test_findings_fill_the_leaderboard_cells_and_leave_the_base_row_empty() -> N
     base = record("bf16", {"ko": docs, "en": docs})
     cand = record("awq", {"ko": [(d, t, n + 20) for d, t, n in docs], "en": docs})
     control = record("awq-en", {"ko": [(d, t, n + 25 + i) for i, (d, t, n) in enumerate(docs)], "en": docs})
-    found = perplexity_findings(cand, base, control)
-    assert found.cells["ppl_ko_verdict"] == SIGNIFICANT_LOSS and found.cells["ppl_en_verdict"] == NO_LOSS
-    assert found.cells["ppl_ko_calib_effect_pct"] < 0 < found.cells["ppl_ko_delta_pct_ci_low"]
-    assert found.cells["ppl_faq_gap_pct"] is None and found.gap is None
+    cells = perplexity_cells(found := perplexity_findings(cand, base, control))
+    assert cells["ppl_ko_verdict"] == SIGNIFICANT_LOSS and cells["ppl_en_verdict"] == NO_LOSS
+    assert cells["ppl_ko_calib_effect_pct"] < 0 < cells["ppl_ko_delta_pct_ci_low"]
+    assert cells["ppl_faq_gap_pct"] is None and found.gap is None
     assert [(c.base, c.text_set) for c in found.comparisons] == [
         ("bf16", "ko"), ("bf16", "en"), ("awq-en", "ko"), ("awq-en", "en"),
     ]  # fmt: skip
     on_base = perplexity_findings(base, base, None)
-    assert on_base.comparisons == [] and set(on_base.cells.values()) == {None}
+    empty = {
+        name: value for name, value in perplexity_cells(on_base).items() if name not in ("ppl_ko", "ppl_en")
+    }
+    assert on_base.comparisons == [] and set(empty.values()) == {None}
 
 
 def test_benjamini_hochberg_matches_statsmodels() -> None:

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from evals.scoring.score import (
-    ChoiceTokenizer,
     batches,
     choice_logprobs,
     completion_request,
@@ -25,6 +24,7 @@ from evals.scoring.score import (
     score_task,
 )
 from evals.serving.endpoint import Endpoint
+from evals.tasks.prompt_tokens import ChoiceTokenizer
 from evals.tasks.prompts import TASKS_DIR, PromptItem, load_prompts, prepare_tasks
 from evals.tasks.registry import LM_EVAL_TASKS
 from kqe.core.errors import UserError

@@ -16,7 +16,7 @@ from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 
 from evals.reporting.leaderboard import build_row, read_leaderboard, write_leaderboard
-from evals.reporting.outcome import CheckpointOutcome, RowFindings
+from evals.reporting.outcome import CheckpointOutcome, CheckpointResult, TaskFindings
 from evals.serving.serve import load_profile
 from evals.statistics.multiplicity import holm
 from evals.statistics.pairing import PairedItems, read_items
@@ -440,7 +440,8 @@ def test_leaderboard_carries_the_new_cells(tmp_path: Path) -> None:
         package_versions={}, wall_s=1.0, peak_rss_bytes=1, disk_bytes=1, key="k",
     )  # fmt: skip
     outcome = CheckpointOutcome("tiny", "awq", "awq-w4a16", "ko70", "ok", checkpoint)
-    row = build_row(outcome, RowFindings(load_profile("cpu-ci"), "kqe eval", vs_base=comparisons))
+    tasks = TaskFindings(vs_base=comparisons)
+    row = build_row(CheckpointResult(outcome, load_profile("cpu-ci"), "kqe eval", tasks=tasks))
     write_leaderboard(tmp_path / "board.csv", [row])
     [back] = read_leaderboard(tmp_path / "board.csv")
     ko = comparisons["kmmlu_hard"]

@@ -22,8 +22,8 @@ from pydantic import computed_field
 
 from evals.planning.placement import Target
 from evals.planning.planner import Plan, plan
+from evals.planning.scored_row import ScoredRow
 from evals.planning.vllm_memory import Gpu, PlanRequest, load_gpus
-from evals.reporting.leaderboard_row import LeaderboardRow
 from evals.tasks.registry import COLUMN_LABELS, COLUMN_PREFIXES
 from kqe.core.errors import UserError
 from kqe.core.records import ModelSpec, Record, ServeProfile
@@ -153,7 +153,7 @@ def _plan(deployment: Deployment, scheme: str, gpu: Gpu | None = None, count: in
     return plan(request.model_copy(update={"tensor_parallel_size": count or target.count}))
 
 
-def _memory(row: LeaderboardRow, deployment: Deployment) -> Memory:
+def _memory(row: ScoredRow, deployment: Deployment) -> Memory:
     target = deployment.target
     if deployment.measured and row.max_concurrency is not None:
         return Memory(
@@ -170,14 +170,15 @@ def _memory(row: LeaderboardRow, deployment: Deployment) -> Memory:
     )  # fmt: skip
 
 
-def _task_cells(row: LeaderboardRow, prefix: str) -> dict:
-    cells = {
-        name: getattr(row, f"{prefix}_{name}") for name in ("acc", "delta", "ci_low", "ci_high", "verdict")
-    }
-    if row.scheme == BASE_SCHEME and cells["acc"] is not None:
+def _judged_scores(row: ScoredRow, prefix: str) -> dict:
+    """A row's scores on a task column prefix, as `Candidate` fields."""
+    found = row.task_scores(prefix)
+    scores = {"acc": found.acc, "delta": found.delta, "ci_low": found.ci_low, "ci_high": found.ci_high,
+              "verdict": found.verdict}  # fmt: skip
+    if row.scheme == BASE_SCHEME and scores["acc"] is not None:
         # the leaderboard leaves the base's Δ empty: it is the reference, nothing lost by definition
-        cells.update(delta=0.0, ci_low=0.0, ci_high=0.0)
-    return cells
+        scores.update(delta=0.0, ci_low=0.0, ci_high=0.0)
+    return scores
 
 
 def _describe_delta(label: str, delta: float | None, low: float | None, high: float | None) -> str:
@@ -186,29 +187,29 @@ def _describe_delta(label: str, delta: float | None, low: float | None, high: fl
     return f"{label} Δ {points(delta)} points [{points(low)}, {points(high)}]"
 
 
-def _other_tasks(row: LeaderboardRow, prefix: str) -> str:
+def _other_tasks(row: ScoredRow, prefix: str) -> str:
     """The Δ of every other task column, for context."""
     described = []
     for other, label in COLUMN_LABELS.items():
         if other != prefix:
-            o = _task_cells(row, other)
+            o = _judged_scores(row, other)
             described.append(_describe_delta(label, o["delta"], o["ci_low"], o["ci_high"]))
     return "; ".join(described)
 
 
 def judge(
-    row: LeaderboardRow, deployment: Deployment, prefix: str, max_loss: float, min_concurrency: float
+    row: ScoredRow, deployment: Deployment, prefix: str, max_loss: float, min_concurrency: float
 ) -> Candidate:
     """One row against the quality budget (points) and the target's memory."""
-    cells = _task_cells(row, prefix)
+    scores = _judged_scores(row, prefix)
     reasons: list[str] = []
     if row.status != "ok":
         reasons.append(f"status {row.status}")
-    elif cells["ci_low"] is None:
+    elif scores["ci_low"] is None:
         reasons.append(f"no {prefix.upper()} comparison with the base")
-    elif cells["ci_low"] < -max_loss / 100:
+    elif scores["ci_low"] < -max_loss / 100:
         reasons.append(
-            f"{prefix.upper()} Δ CI reaches {points(cells['ci_low'])} points, past the -{max_loss:g} budget"
+            f"{prefix.upper()} Δ CI reaches {points(scores['ci_low'])} points, past the -{max_loss:g} budget"
         )
     quality_ok = not reasons
     memory: Memory | None = None
@@ -226,7 +227,7 @@ def judge(
     return Candidate(
         checkpoint=row.checkpoint, scheme=row.scheme, calibration=row.calibration, status=row.status,
         other_task=_other_tasks(row, prefix),
-        memory=memory, quality_ok=quality_ok, memory_ok=memory_ok, reasons=reasons, **cells,
+        memory=memory, quality_ok=quality_ok, memory_ok=memory_ok, reasons=reasons, **scores,
     )  # fmt: skip
 
 
@@ -239,7 +240,7 @@ def _rank_key(c: Candidate) -> tuple:
 
 
 def choose(
-    rows: Sequence[LeaderboardRow], deployment: Deployment, task: str, max_loss: float, min_concurrency: float
+    rows: Sequence[ScoredRow], deployment: Deployment, task: str, max_loss: float, min_concurrency: float
 ) -> Choice:
     """The checkpoint to deploy on the target, its runner-up, and the reasons."""
     if max_loss < 0:

@@ -14,7 +14,7 @@ from typing import get_args
 
 from pydantic import ValidationError
 
-from evals.planning.placement import Placement
+from evals.reporting import row_cells
 from evals.reporting.leaderboard_row import (
     COLUMNS,
     GENERATED_COLUMNS,
@@ -25,7 +25,7 @@ from evals.reporting.leaderboard_row import (
     column_type,
     columns,
 )
-from evals.reporting.outcome import CheckpointOutcome, RowFindings
+from evals.reporting.outcome import CheckpointResult, TaskFindings
 from evals.tasks.registry import PARALLEL_TASKS, column_prefix, fills_task_columns
 from kqe import __version__
 from kqe.core.capacity import CapacityReport
@@ -73,22 +73,22 @@ def _task_cells(prefix: str, run: ScoreRun | None, comparison: Comparison | None
     return cells
 
 
-def build_row(outcome: CheckpointOutcome, findings: RowFindings) -> LeaderboardRow:
-    """Assemble a row from a checkpoint's outcome and what the run found; missing stages leave empty
-    cells. A checkpoint never built gets only its status, placement and planned memory."""
-    checkpoint = outcome.checkpoint
+def build_row(result: CheckpointResult) -> LeaderboardRow:
+    """Assemble a checkpoint's row from what the run found about it; missing stages leave empty cells. A
+    checkpoint never built gets only its status, placement and planned memory."""
+    outcome, checkpoint = result.outcome, result.outcome.checkpoint
     if checkpoint is None:
-        return _failed_row(outcome, findings)
+        return _failed_row(result)
     cells: dict = {name: None for name in COLUMNS}
-    cells.update(_comparison_cells(outcome.runs, findings))
-    cells.update(findings.cells)
-    cells.update(_scheme_cells(checkpoint, findings.serving))
+    cells.update(_comparison_cells(outcome.runs, result.tasks))
+    cells.update(_found_cells(result))
+    cells.update(_scheme_cells(checkpoint, result.serving))
     speeds = [run.items_per_s for run in outcome.runs.values() if run.items_per_s]
-    all_versions = checkpoint.package_versions | findings.engine_versions
+    all_versions = checkpoint.package_versions | result.engine_versions
     cells.update(
-        **_identity_cells(outcome, checkpoint.scheme, findings),
-        **_memory_cells(findings.base_memory, findings.memory),
-        **_capacity(findings.capacity),
+        **_identity_cells(result, checkpoint.scheme),
+        **_memory_cells(result.base_memory, result.memory),
+        **_capacity(result.capacity),
         disk_gib=round(checkpoint.disk_bytes / 2**30, 3),
         items_per_s=round(median(speeds), 2) if speeds else None,
         checkpoint_key=checkpoint.key,
@@ -97,7 +97,19 @@ def build_row(outcome: CheckpointOutcome, findings: RowFindings) -> LeaderboardR
     return LeaderboardRow(**cells)
 
 
-def _comparison_cells(runs: dict[str, ScoreRun], findings: RowFindings) -> dict:
+def _found_cells(result: CheckpointResult) -> dict[str, object]:
+    """The columns of the parts other stages found: averages, ko_rag, perplexity, placement."""
+    cells = row_cells.averages_cells(result.tasks.averages)
+    if result.rag is not None:
+        cells |= row_cells.rag_cells(result.rag)
+    if result.perplexity is not None:
+        cells |= row_cells.perplexity_cells(result.perplexity)
+    if result.placement is not None:
+        cells |= row_cells.placement_cells(result.placement)
+    return cells
+
+
+def _comparison_cells(runs: dict[str, ScoreRun], findings: TaskFindings) -> dict:
     """Accuracy, comparison with the base and calibration effect, per task column prefix."""
     cells: dict = {}
     scored = dict.fromkeys(filter(fills_task_columns, [*runs, *findings.vs_base, *findings.vs_control]))
@@ -113,14 +125,14 @@ def _comparison_cells(runs: dict[str, ScoreRun], findings: RowFindings) -> dict:
     return cells
 
 
-def _identity_cells(outcome: CheckpointOutcome, scheme: str, findings: RowFindings) -> dict[str, object]:
+def _identity_cells(result: CheckpointResult, scheme: str) -> dict[str, object]:
     """What a row is and how it was made, which every row has, built or failed."""
-    profile = findings.profile
+    outcome, profile = result.outcome, result.profile
     return {
         "schema_version": LEADERBOARD_SCHEMA_VERSION, "model": outcome.model, "checkpoint": outcome.name,
         "scheme": scheme, "calibration": outcome.calibration, "status": outcome.status,
         "suite_version": __version__, "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "serve_profile": f"{profile.name}:{profile.key}", "command": findings.command,
+        "serve_profile": f"{profile.name}:{profile.key}", "command": result.command,
     }  # fmt: skip
 
 
@@ -145,14 +157,15 @@ def _calibration_effect_cells(prefix: str, effect: Comparison) -> dict[str, floa
     }
 
 
-def _failed_row(outcome: CheckpointOutcome, findings: RowFindings) -> LeaderboardRow:
+def _failed_row(result: CheckpointResult) -> LeaderboardRow:
     """The row of a checkpoint that could not be built, found or scored: the status says why; only what
-    the target would hold (`findings.memory`, planned) and where it would have been scored are filled."""
+    the target would hold (`result.memory`, planned) and where it would have been scored are filled."""
     cells: dict = {name: None for name in COLUMNS}
+    placement = row_cells.placement_cells(result.placement) if result.placement is not None else {}
     cells.update(
-        _identity_cells(outcome, outcome.scheme, findings),
-        **_memory_cells(None, findings.memory),
-        **findings.cells,
+        _identity_cells(result, result.outcome.scheme),
+        **_memory_cells(None, result.memory),
+        **placement,
         checkpoint_key="",
         versions="",
     )
@@ -196,21 +209,6 @@ def _capacity(report: CapacityReport | None) -> dict[str, float | int | None]:
         "load_ttft_p99_ms": round(level.ttft_p99_ms, 1),
         "load_preemptions": level.preemptions,
     }
-
-
-def placement_cells(placement: Placement) -> dict[str, object]:
-    """The target and scoring-placement columns of a checkpoint (`evals/planning/placement.py`)."""
-    plan, score, target = placement.target_plan, placement.score, None
-    cells: dict[str, object] = {"memory_source": placement.memory_source}
-    if plan is not None:
-        target = f"{plan.gpu or f'{plan.gpu_gib:g} GiB GPU'} ×{plan.tensor_parallel_size}"
-        cells |= {"fits_target": plan.fits, "target_pattern": plan.pattern,
-                  "target_shortfall_gib": placement.shortfall_gib}  # fmt: skip
-    if score is not None:
-        profile = score.profile
-        cells |= {"score_device": score.device, "score_tensor_parallel_size": profile.tensor_parallel_size,
-                  "score_cpu_offload_gib": profile.cpu_offload_gib, "score_placement": score.why}  # fmt: skip
-    return cells | {"target": target}
 
 
 def _cell(value: object) -> str:

@@ -8,6 +8,7 @@ holds them in `tasks`."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field, model_validator
@@ -37,6 +38,17 @@ READABLE_SCHEMA_VERSIONS = (3, 4, 5, 6, 7)
 
 GENERATED_COLUMNS = TASK_COLUMNS | RAG_COLUMNS
 """Every generated column: name -> its prefix (group), type and docs."""
+
+
+@dataclass(frozen=True)
+class TaskScores:
+    """One task's accuracy and its Δ against the base with the 95% CI, as a row holds them (fractions)."""
+
+    acc: float | None
+    delta: float | None
+    ci_low: float | None
+    ci_high: float | None
+    verdict: str | None
 
 
 class LeaderboardRow(Record):
@@ -197,6 +209,14 @@ class LeaderboardRow(Record):
         cells = rest.get("tasks", {}) | named
         rest["tasks"] = {key: cell(GENERATED_COLUMNS[key].kind, value) for key, value in cells.items()}
         return rest
+
+    def task_scores(self, prefix: str) -> TaskScores:
+        """One task column prefix's accuracy and Δ against the base with its CI (`kqe choose` reads these)."""
+        return TaskScores(
+            acc=getattr(self, f"{prefix}_acc"), delta=getattr(self, f"{prefix}_delta"),
+            ci_low=getattr(self, f"{prefix}_ci_low"), ci_high=getattr(self, f"{prefix}_ci_high"),
+            verdict=getattr(self, f"{prefix}_verdict"),
+        )  # fmt: skip
 
     def __getattr__(self, name: str) -> Any:
         if name in GENERATED_COLUMNS:

@@ -1,16 +1,21 @@
 """What a leaderboard row is built from: one checkpoint's outcome, and what the run found about it.
 
 In memory only: the files behind every field (checkpoint.json, score and memory stages, per-item
-files) are the records; these two bundle them for `leaderboard.build_row`.
+files) are the records; `CheckpointResult` bundles them, in one typed part per stage, for
+`leaderboard.build_row`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from evals.planning.placement import Placement
+from evals.statistics.averages import TaskSummary
+from evals.statistics.perplexity_stats import PerplexityFindings
+from evals.statistics.rag_findings import RagFindings
 from kqe.core.capacity import CapacityReport
 from kqe.core.records import Checkpoint, MemoryReport, ServeProfile
-from kqe.core.results import Comparison, ItemResult, PerplexityComparison, PerplexityGap, ScoreRun
+from kqe.core.results import Comparison, ItemResult, ScoreRun
 
 
 @dataclass(frozen=True)
@@ -44,9 +49,26 @@ class CheckpointOutcome:
 
 
 @dataclass(frozen=True)
-class RowFindings:
-    """What a row says beyond the checkpoint's own stages: how it was scored and what it was compared with."""
+class TaskFindings:
+    """What the run found per task: paired comparisons and averages."""
 
+    vs_base: dict[str, Comparison] = field(default_factory=dict)
+    """Task → paired comparison with the base (empty for the base itself)."""
+    calibration_control: str | None = None
+    """The same scheme calibrated with the least Korean, when the run has one."""
+    vs_control: dict[str, Comparison] = field(default_factory=dict)
+    """Task → paired comparison with `calibration_control`: the calibration effect."""
+    averages: dict[str, TaskSummary] = field(default_factory=dict)
+    """Task → micro, macro and supercategory averages and the macro Δ, for every task of the run."""
+
+
+@dataclass(frozen=True)
+class CheckpointResult:
+    """Everything a run says about one checkpoint, in typed parts, each from the stage that found it;
+    `evals/reporting` alone turns it into a leaderboard row."""
+
+    outcome: CheckpointOutcome
+    """What evaluating it left: status, checkpoint, score runs, items."""
     profile: ServeProfile
     """The profile its items were scored under."""
     command: str
@@ -55,21 +77,17 @@ class RowFindings:
     """The memory columns' source: vLLM's log where it was scored, or the planner's for the target."""
     base_memory: MemoryReport | None = None
     """The base's memory on the same footing, for the savings columns."""
-    vs_base: dict[str, Comparison] = field(default_factory=dict)
-    """Task → paired comparison with the base (empty for the base itself)."""
-    calibration_control: str | None = None
-    """The same scheme calibrated with the least Korean, when the run has one."""
-    vs_control: dict[str, Comparison] = field(default_factory=dict)
-    """Task → paired comparison with `calibration_control`: the calibration effect."""
+    tasks: TaskFindings = field(default_factory=TaskFindings)
+    """Accuracy comparisons and averages per task."""
+    perplexity: PerplexityFindings | None = None
+    """Perplexity and its changes, where it was scored."""
+    rag: RagFindings | None = None
+    """ko_rag's scores, when the run had ko_rag."""
+    placement: Placement | None = None
+    """Where it was scored and whether it fits the target GPU."""
     capacity: CapacityReport | None = None
     """Capacity under load, where it was measured."""
     engine_versions: dict[str, str] = field(default_factory=dict)
     """Serving engine, lm-eval and kernel library versions."""
-    cells: dict[str, object] = field(default_factory=dict)
-    """Columns their own stage computed: averages, ko_rag, perplexity, placement."""
     serving: str | None = None
     """How this machine's engine serves the checkpoint (native, dequantized, …)."""
-    perplexity: list[PerplexityComparison] = field(default_factory=list)
-    """Per held-out text set: perplexity against the base, then against `calibration_control`."""
-    perplexity_gap: PerplexityGap | None = None
-    """Korean − English perplexity change against the base on the parallel FAQ sections."""

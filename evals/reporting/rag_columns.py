@@ -1,5 +1,5 @@
 """The ko_rag leaderboard columns, generated per condition and context length from the sweep
-(`evals/tasks/ko_rag/sweep.py`) and named as `evals/tasks/ko_rag/metrics.py` fills them: the retrieved
+(`evals/tasks/ko_rag/sweep.py`) and filled from `evals/statistics/rag_findings.py`'s findings: the retrieved
 condition keeps the plain `ko_rag_f1_<length>` names, the others are `ko_rag_<condition>_f1_<length>`.
 
 Each column's group (`ColumnDoc.prefix`) decides when a CSV has it: `ko_rag` always (the columns the
@@ -8,7 +8,6 @@ board always had), a condition's group only when some row scored that condition.
 from __future__ import annotations
 
 from evals.reporting.task_columns import ColumnDoc
-from evals.tasks.ko_rag.metrics import column_prefix
 from evals.tasks.ko_rag.sweep import DEPTH_GRID, LENGTHS, RETRIEVED, open_book_labels
 from kqe.core.defaults import RAG_CONDITIONS
 
@@ -24,6 +23,11 @@ CONDITION_TEXT = {
     for label, depth in DEPTH_GRID.items()
 }
 """What the context holds in each open-book condition label, for the column docs."""
+
+
+def column_prefix(label: str) -> str:
+    """`ko_rag` for the retrieved condition (the columns it always had), `ko_rag_<label>` for the others."""
+    return "ko_rag" if label == RETRIEVED else f"ko_rag_{label}"
 
 
 def _ci_low(delta: str) -> str:

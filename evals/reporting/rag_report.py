@@ -7,9 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from evals.reporting.leaderboard_row import LeaderboardRow
-from evals.reporting.rag_columns import CONDITION_TEXT
+from evals.reporting.rag_columns import CONDITION_TEXT, column_prefix
 from evals.reporting.report_text import cell
-from evals.tasks.ko_rag.metrics import column_prefix
 from evals.tasks.ko_rag.sweep import LENGTHS, open_book_labels
 from kqe.core.defaults import RAG_CONDITIONS
 from kqe.core.schemes import BASE_SCHEME

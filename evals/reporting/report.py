@@ -10,6 +10,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from evals.planning.decide import points
+from evals.reporting import averages_report
 from evals.reporting import plots as figures
 from evals.reporting.capacity_report import capacity_section
 from evals.reporting.leaderboard import read_leaderboard
@@ -19,7 +20,6 @@ from evals.reporting.perplexity_report import perplexity_section
 from evals.reporting.plots import task_label
 from evals.reporting.rag_report import rag_section
 from evals.reporting.report_text import caveats, cell, delta_ci, item_lines, markdown_row
-from evals.statistics import averages
 from kqe.core.errors import UserError
 from kqe.core.io import owned_folder, write_atomic
 from kqe.core.records import ModelSpec
@@ -210,7 +210,7 @@ def report_markdown(
         *_introduction(rows, spec),
         *_summary_table(rows),
         "",
-        *_section("Micro and macro averages", averages.markdown_section(rows)),
+        *_section("Micro and macro averages", averages_report.markdown_section(rows)),
         *(_accuracy_sections(rows, plots) if "pareto" in plots else []),
         *(_section("Korean RAG (ko_rag)", rag) if (rag := rag_section(rows)) else []),
         *_section("Calibration effect", [_calibration_section(rows, plots)]),

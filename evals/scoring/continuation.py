@@ -29,6 +29,7 @@ from evals.scoring import score
 from evals.scoring.perplexity import prompt_token_logprobs
 from evals.scoring.scoring_pass import results_as_done, score_missing
 from evals.serving.endpoint import Endpoint
+from evals.tasks import prompt_tokens
 from evals.tasks.prompts import PromptItem
 from kqe.core.errors import UserError
 from kqe.core.results import ItemResult, ScoreRun
@@ -43,7 +44,7 @@ class EncodedChoices:
     continuation_ids: list[list[int]]
 
 
-def encode(tokenizer: score.ChoiceTokenizer, item: PromptItem) -> EncodedChoices:
+def encode(tokenizer: prompt_tokens.ChoiceTokenizer, item: PromptItem) -> EncodedChoices:
     """Context and continuation ids as lm-eval's hf model encodes them; UserError for an empty one."""
     context_ids, continuation_ids = tokenizer.encode_pairs(item.prompt, item.continuations)
     for continuation, ids in zip(item.continuations, continuation_ids, strict=True):
@@ -54,7 +55,7 @@ def encode(tokenizer: score.ChoiceTokenizer, item: PromptItem) -> EncodedChoices
 
 def one_token_choices(prompts: list[PromptItem], tokenizer_dir: Path) -> bool:
     """Whether every choice of every item is one token after its context (the letter scorer's case)."""
-    tokenizer = score.choice_tokenizer(tokenizer_dir.resolve())
+    tokenizer = prompt_tokens.choice_tokenizer(tokenizer_dir.resolve())
     return all(
         len(ids) == 1
         for item in prompts
@@ -136,12 +137,12 @@ def score_choices(
     def stale(result: ItemResult) -> bool:
         item = current.get(result.item_id)
         return item is not None and (
-            result.prompt_sha != score.prompt_sha(item.prompt) or result.gold != item.gold
+            result.prompt_sha != prompt_tokens.prompt_sha(item.prompt) or result.gold != item.gold
         )
 
     def start(todo: list[str]) -> Generator[ItemResult, None, None]:
         left = set(todo)
-        tokenizer = score.choice_tokenizer(tokenizer_dir.resolve())
+        tokenizer = prompt_tokens.choice_tokenizer(tokenizer_dir.resolve())
         encoded = [encode(tokenizer, item) for item in prompts if item.item_id in left]
         client = ContinuationClient(endpoint, concurrency)
         check_fits = functools.partial(_check_lengths, encoded)

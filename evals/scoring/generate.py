@@ -19,7 +19,7 @@ from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
-from evals.scoring.score import ChoiceTokenizer, CompletionsClient, prompt_sha
+from evals.scoring.score import CompletionsClient
 from evals.scoring.scoring_pass import results_as_done, score_missing
 from evals.serving.endpoint import Endpoint
 from evals.tasks.ko_rag.answer_score import score_answer
@@ -27,6 +27,7 @@ from evals.tasks.ko_rag.context import ABSTAIN, MAX_NEW_TOKENS
 from evals.tasks.ko_rag.metrics import closed_book_flags
 from evals.tasks.ko_rag.sweep import TASK
 from evals.tasks.ko_rag.task import RagItem
+from evals.tasks.prompt_tokens import ChoiceTokenizer, prompt_sha
 from kqe.core.errors import UserError
 from kqe.core.io import read_jsonl, write_atomic
 from kqe.core.results import ItemResult, ScoreRun

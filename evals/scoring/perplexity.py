@@ -182,25 +182,3 @@ def _bos_prefix(tokenizer: Any) -> list[int]:
     with_specials = tokenizer("a")["input_ids"]
     bos = tokenizer.bos_token_id
     return [bos] if bos is not None and with_specials[:1] == [bos] else []
-
-
-def leaderboard_cells(result: Perplexity | None, base: Perplexity | None) -> dict[str, float | None]:
-    """The `# perplexity columns` of a leaderboard row; Δ% only against another checkpoint (the base)
-    scored on the same text with the same window."""
-    cells: dict[str, float | None] = {}
-    for lang in ("ko", "en"):
-        value = result.perplexity.get(lang) if result is not None else None
-        delta = None
-        if (
-            value is not None
-            and result is not None
-            and base is not None
-            and base.checkpoint != result.checkpoint
-            and base.window_tokens == result.window_tokens
-            and lang in base.perplexity
-            and base.text_sha256.get(lang) == result.text_sha256.get(lang)
-        ):
-            delta = round(100 * (value / base.perplexity[lang] - 1), 3)
-        cells[f"ppl_{lang}"] = value
-        cells[f"ppl_{lang}_delta_pct"] = delta
-    return cells

@@ -9,7 +9,8 @@ Tokenization follows lm-eval's HF backend (`HFLM.tok_encode` and `TemplateLM._en
 whitespace moves from the context to the continuation, the tokenizer's own special tokens are added
 (BOS for Llama and Gemma tokenizers) unless the text already starts with BOS, and the continuation is
 the tail of encode(context + continuation) after encode(context). Every continuation must be exactly
-one token: multi-token continuations go through `evals/scoring/continuation.py` instead.
+one token: multi-token continuations go through `evals/scoring/continuation.py` instead. The encoding
+lives with the prompts (`evals/tasks/prompt_tokens.py`): ko_rag counts the same tokens to fit its contexts.
 
 Request:  POST /v1/completions {"model", "prompt": [[context token ids], …], "max_tokens": 1,
           "temperature": 0, "logprobs": <n choices>, "logprob_token_ids": [choice ids],
@@ -27,12 +28,10 @@ up front (lm-eval's hf backend would silently cut its left end instead).
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import threading
 import time
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +39,7 @@ import httpx
 
 from evals.scoring.scoring_pass import results_as_done, score_missing
 from evals.serving.endpoint import Endpoint
+from evals.tasks.prompt_tokens import EncodedItem, choice_tokenizer, prompt_sha
 from evals.tasks.prompts import PromptItem
 from kqe.core.errors import UserError
 from kqe.core.results import ItemResult, ScoreRun
@@ -59,68 +59,6 @@ BATCH_ITEMS = 8
 """Items per request. With 8 requests in flight the engine always has prompts waiting; fewer items
 per request left it idle between round trips (gemma3-270m, 2 cores: 8 items x 2 requests 7.9
 items/s, 16 x 2 10.5, 1 x 8 7.0, 1 x 16 10.4)."""
-
-
-@dataclass(frozen=True)
-class EncodedItem:
-    """A prompt as token ids: the context sent to the server and the one token of each choice."""
-
-    item: PromptItem
-    context_ids: list[int]
-    choice_ids: list[int]
-
-
-class ChoiceTokenizer:
-    """A checkpoint's tokenizer, loaded once, encoding items the way lm-eval's `hf` model does."""
-
-    def __init__(self, tokenizer_dir: Path) -> None:
-        from transformers import AutoTokenizer
-
-        self.tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-        prefix_id = self.tokenizer.bos_token_id
-        prefix_id = self.tokenizer.eos_token_id if prefix_id is None else prefix_id
-        self._prefix_text: str | None = None if prefix_id is None else str(self.tokenizer.decode(prefix_id))
-
-    def tok_encode(self, text: str) -> list[int]:
-        """`HFLM.tok_encode` with lm-eval's default `add_bos_token=None`: the tokenizer's own special
-        tokens (Llama and Gemma tokenizers add BOS), none when the text already starts with BOS."""
-        if self._prefix_text and text.startswith(self._prefix_text):
-            return list(self.tokenizer.encode(text, add_special_tokens=False))
-        return list(self.tokenizer.encode(text))
-
-    def encode_pairs(self, context: str, continuations: tuple[str, ...]) -> tuple[list[int], list[list[int]]]:
-        """`TemplateLM._encode_pair` (causal models) of the context with each continuation, encoding
-        the shared context once."""
-        n_spaces = len(context) - len(context.rstrip())
-        moved = context[len(context) - n_spaces :]
-        context = context[: len(context) - n_spaces]
-        context_ids = self.tok_encode(context)
-        wholes = [self.tok_encode(context + moved + continuation) for continuation in continuations]
-        return context_ids, [whole[len(context_ids) :] for whole in wholes]
-
-    def encode(self, item: PromptItem) -> EncodedItem:
-        """Context ids and the one token of each choice; UserError when a choice is not one token."""
-        context_ids, continuation_ids = self.encode_pairs(item.prompt, item.continuations)
-        for continuation, ids in zip(item.continuations, continuation_ids, strict=True):
-            if len(ids) != 1:
-                raise UserError(
-                    f"{item.item_id}: choice {continuation!r} is {len(ids)} tokens for this tokenizer; "
-                    "the server scorer needs one-token choices: use lm_eval for this model"
-                )
-        choice_ids = [ids[0] for ids in continuation_ids]
-        return EncodedItem(item=item, context_ids=context_ids, choice_ids=choice_ids)
-
-
-@functools.lru_cache(maxsize=4)
-def choice_tokenizer(tokenizer_dir: Path) -> ChoiceTokenizer:
-    """The ChoiceTokenizer of a folder, loaded once per process: a 262k-token vocabulary takes
-    seconds to load, and every task of a checkpoint needs it."""
-    return ChoiceTokenizer(tokenizer_dir)
-
-
-def prompt_sha(prompt: str) -> str:
-    """Short sha256 of a prompt's text."""
-    return hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:16]
 
 
 def completion_request(served_name: str, batch: list[EncodedItem]) -> dict[str, Any]:

@@ -24,11 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evals.reporting.leaderboard_row import LeaderboardRow, scored_tasks
 from evals.statistics.pairing import Scored, pair_items
 from evals.statistics.stats import BOOTSTRAP_RESAMPLES, SEED, percentile_ci
 from evals.tasks import benchmark_data
-from evals.tasks.registry import CATEGORY_LABELS, COLUMN_SPECS, TASK_SPECS, column_prefix
+from evals.tasks.registry import CATEGORY_LABELS, TASK_SPECS
 
 
 @dataclass(frozen=True)
@@ -126,88 +125,37 @@ def macro_delta(
     return _estimate(float(delta.mean()), replicates, -1.0, 1.0)
 
 
-def _cells(prefix: str, name: str, estimate: Estimate) -> dict[str, float]:
-    column = f"{prefix}_{name}"
-    return {
-        column: estimate.value,
-        f"{column}_ci_low": estimate.ci_low,
-        f"{column}_ci_high": estimate.ci_high,
-    }
+@dataclass(frozen=True)
+class TaskSummary:
+    """What the averages say about one task of a checkpoint."""
+
+    source: str
+    """What the task's items are (`KMMLU-HARD dev (offline, 225 items), 0-shot`)."""
+    averages: TaskAverages | None
+    """Micro, macro and supercategories; None when this checkpoint has no items of the task."""
+    macro_delta: Estimate | None
+    """Macro against the base on the same items; None on the base row or without the base's items."""
 
 
-def leaderboard_cells(
+def checkpoint_averages(
     items: Mapping[str, Sequence[Scored]],
     base_items: Mapping[str, Sequence[Scored]] | None,
     labels: Mapping[str, str],
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = SEED,
-) -> dict[str, object]:
-    """A checkpoint's averages columns (`kmmlu_source`, `kmmlu_macro…`, `mmlu_macro_delta…`, …).
-
-    `labels` names the tasks of the run (task → what its items are); a task this checkpoint has no
-    items for keeps only its source label; `base_items` None (the base itself) leaves Δ empty.
-    """
-    cells: dict[str, object] = {}
+) -> dict[str, TaskSummary]:
+    """Task → a checkpoint's averages on it, for every task of the run (`labels`: task → what its items
+    are); `base_items` None (the base itself) leaves the macro Δ out."""
+    found: dict[str, TaskSummary] = {}
     for task, label in labels.items():
-        prefix = column_prefix(task)
-        cells[f"{prefix}_source"] = label
         scored = items.get(task)
         if not scored:
+            found[task] = TaskSummary(label, None, None)
             continue
         registered = TASK_SPECS.get(task)
         categories = benchmark_data.kmmlu_categories() if registered and registered.categories else None
-        averages = task_averages(scored, categories, resamples, seed)
-        micro = _cells(prefix, "acc", averages.micro)
-        cells |= {column: value for column, value in micro.items() if column != f"{prefix}_acc"}
-        cells |= _cells(prefix, "macro", averages.macro)
-        for category, estimate in averages.categories.items():
-            cells |= _cells(prefix, category, estimate)
+        delta = None
         if base_items and base_items.get(task):
-            cells |= _cells(prefix, "macro_delta", macro_delta(base_items[task], scored, resamples, seed))
-    return cells
-
-
-def _percent(value: float | None, low: float | None = None, high: float | None = None, sign: str = "") -> str:
-    if value is None:
-        return "—"
-    text = f"{100 * value:{sign}.1f}"
-    if low is not None and high is not None:
-        text += f" [{100 * low:{sign}.1f}, {100 * high:{sign}.1f}]"
-    return text
-
-
-def _column(row: LeaderboardRow, name: str, sign: str = "") -> str:
-    low, high = getattr(row, f"{name}_ci_low"), getattr(row, f"{name}_ci_high")
-    return _percent(getattr(row, name), low, high, sign)
-
-
-def markdown_section(rows: Sequence[LeaderboardRow]) -> list[str]:
-    """The report's averages: which items, micro vs macro with CIs, supercategories, macro Δ."""
-    tasks = {prefix: COLUMN_SPECS[prefix] for prefix in scored_tasks(rows)}
-    sources = [(spec.label, getattr(rows[0], f"{prefix}_source")) for prefix, spec in tasks.items()]
-    named = [f"{name}: {source}" for name, source in sources if source]
-    lines = [f"Items: {'; '.join(named)}.", ""] if named else []
-    heads = [
-        f"{spec.label} micro | {spec.label} macro | {spec.label} macro Δ"
-        + "".join(f" | {CATEGORY_LABELS[key].split(' (')[0]}" for key in spec.categories)
-        for spec in tasks.values()
-    ]
-    lines += [
-        "Micro = share of all items right (lm-eval's score); macro = mean of the subjects' accuracies (the "
-        "KMMLU paper's); a supercategory is the macro of its subjects. Percent [95% CI, items resampled "
-        "within subjects]; macro Δ against bf16 in points, paired.",
-        "",
-        f"| checkpoint | {' | '.join(heads)} |",
-        "|---" * (1 + sum(3 + len(spec.categories) for spec in tasks.values())) + "|",
-    ]
-    for r in rows:
-        cells = []
-        for prefix, spec in tasks.items():
-            cells += [
-                _column(r, f"{prefix}_acc"),
-                _column(r, f"{prefix}_macro"),
-                _column(r, f"{prefix}_macro_delta", "+"),
-            ]
-            cells += [_percent(getattr(r, f"{prefix}_{key}")) for key in spec.categories]
-        lines.append(f"| {r.checkpoint} | " + " | ".join(cells) + " |")
-    return lines
+            delta = macro_delta(base_items[task], scored, resamples, seed)
+        found[task] = TaskSummary(label, task_averages(scored, categories, resamples, seed), delta)
+    return found

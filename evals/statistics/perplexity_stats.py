@@ -181,12 +181,38 @@ def parallel_gap(
 
 @dataclass(frozen=True)
 class PerplexityFindings:
-    """A checkpoint's perplexity statistics: its leaderboard cells and the records behind them."""
+    """What a run found about one checkpoint's perplexity, for its leaderboard row and run.json."""
 
-    cells: dict[str, float | str | None]
-    comparisons: list[PerplexityComparison]
-    """Against the base, then against the calibration control, per text set."""
+    measured: Perplexity | None
+    """The checkpoint's own perplexity record, where it was scored."""
+    delta_pct: dict[str, float]
+    """Text set → perplexity change against the base in percent, where both scored the same text with
+    the same window (never on the base row)."""
+    vs_base: dict[str, PerplexityComparison]
+    """Text set → paired comparison with the base (empty on the base row)."""
+    vs_control: dict[str, PerplexityComparison]
+    """Text set → paired comparison with the calibration control: the calibration effect."""
     gap: PerplexityGap | None
+    """Korean − English change against the base on the parallel FAQ sections."""
+
+    @property
+    def comparisons(self) -> list[PerplexityComparison]:
+        """Against the base, then against the calibration control, per text set."""
+        return [*self.vs_base.values(), *self.vs_control.values()]
+
+
+def relative_change(result: Perplexity | None, base: Perplexity | None) -> dict[str, float]:
+    """Text set → Δ% of `result`'s perplexity against `base`'s, only against another checkpoint (the
+    base) scored on the same text with the same window."""
+    if result is None or base is None or base.checkpoint == result.checkpoint:
+        return {}
+    if base.window_tokens != result.window_tokens:
+        return {}
+    return {
+        text_set: round(100 * (value / base.perplexity[text_set] - 1), 3)
+        for text_set, value in result.perplexity.items()
+        if text_set in base.perplexity and base.text_sha256.get(text_set) == result.text_sha256.get(text_set)
+    }
 
 
 def perplexity_findings(
@@ -195,8 +221,8 @@ def perplexity_findings(
     control: Perplexity | None,
     margin_pct: float = PPL_MARGIN_PCT,
 ) -> PerplexityFindings:
-    """The CI, verdict, calibration-effect and KO−EN gap columns of a row (empty on the base row or
-    without paired windows)."""
+    """A checkpoint's perplexity, its change against the base and the calibration control with CIs and
+    verdicts, and the KO−EN gap (empty on the base row or without paired windows)."""
     vs_base: dict[str, PerplexityComparison] = {}
     vs_control: dict[str, PerplexityComparison] = {}
     gap = None
@@ -207,15 +233,4 @@ def perplexity_findings(
     if ckpt is not None and control is not None:
         found = {s: compare_perplexity(control, ckpt, s, margin_pct) for s in ckpt.windows}
         vs_control = {s: c for s, c in found.items() if c is not None}
-    cells: dict[str, float | str | None] = {}
-    for text_set in ("ko", "en"):
-        c = vs_base.get(text_set)
-        cells[f"ppl_{text_set}_delta_pct_ci_low"] = None if c is None else round(c.ci_low_pct, 3)
-        cells[f"ppl_{text_set}_delta_pct_ci_high"] = None if c is None else round(c.ci_high_pct, 3)
-        cells[f"ppl_{text_set}_verdict"] = None if c is None else c.verdict
-    effect = vs_control.get("ko")
-    for name, value in (("_pct", "delta_pct"), ("_ci_low", "ci_low_pct"), ("_ci_high", "ci_high_pct")):
-        cells[f"ppl_ko_calib_effect{name}"] = None if effect is None else round(getattr(effect, value), 3)
-    for name, value in (("_pct", "gap_pct"), ("_ci_low", "ci_low"), ("_ci_high", "ci_high")):
-        cells[f"ppl_faq_gap{name}"] = None if gap is None else round(getattr(gap, value), 3)
-    return PerplexityFindings(cells, [*vs_base.values(), *vs_control.values()], gap)
+    return PerplexityFindings(ckpt, relative_change(ckpt, base), vs_base, vs_control, gap)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 
 from evals.tasks import prompts
 from evals.tasks.benchmark_data import KMMLU_DIR_ENV, MMLU_DIR_ENV, OFFLINE_ENV, ONLINE_ENV, Source
@@ -27,9 +28,8 @@ from kqe.core.workspace import Workspace
 HUB_ENDPOINT = "https://huggingface.co"
 """Where the hub is asked when `HF_ENDPOINT` (huggingface_hub's own variable) is not set."""
 PROBE_TIMEOUT_S = 10.0
-FLIP_SHARES = (0.05, 0.35)
-"""Shares of answers a checkpoint flips against its base, low and high, for the resolution said before
-a run: FP8 flipped 6% and 4-bit schemes 37% of gemma3-270m's KMMLU-HARD answers (results/gemma3-270m)."""
+Resolution = Callable[[int], str]
+"""What a number of paired items cannot tell from noise, in words (statistics says it: tasks sit below)."""
 
 
 def choose(spec: ModelSpec, asked: bool | None) -> ItemChoice:
@@ -51,13 +51,18 @@ def _set(variable: str) -> bool:
     return os.environ.get(variable, "") not in ("", "0")
 
 
-def announce(ws: Workspace, tasks: list[str], choice: ItemChoice, limit: int | None) -> list[str]:
-    """What will be scored, said before any work: one line per choice task, then what decided it."""
+def announce(
+    ws: Workspace, tasks: list[str], choice: ItemChoice, limit: int | None, resolution: Resolution
+) -> list[str]:
+    """What will be scored, said before any work: one line per choice task (with what its item count
+    can resolve: `evals.statistics.resolution.unresolved`), then what decided it."""
     choice_tasks = [task for task in tasks if task in TASK_SPECS]
     if not choice_tasks:
         return []
     sources = prompts.task_sources(ws, choice_tasks, choice.online)
-    lines = [f"{TASK_SPECS[task].label}: {describe(source, limit)}" for task, source in sources.items()]
+    lines = [
+        f"{TASK_SPECS[task].label}: {describe(source, limit, resolution)}" for task, source in sources.items()
+    ]
     online = sources if choice.online else prompts.task_sources(ws, choice_tasks, True)
     if any(source.hub for source in online.values()):  # the choice changes some task's items
         other = f"{OFFLINE_ENV}=1 scores the offline sets" if choice.online else (
@@ -67,7 +72,7 @@ def announce(ws: Workspace, tasks: list[str], choice: ItemChoice, limit: int | N
     return lines
 
 
-def describe(source: Source, limit: int | None) -> str:
+def describe(source: Source, limit: int | None, resolution: Resolution) -> str:
     """`full test split (HAERAE-HUB/KMMLU@d61b3f1), 35,030 items — differences under ~0.3–0.9 points …`."""
     what = f"{'full test split' if source.full else source.name} ({source.where})"
     scored = scored_items(source, limit)
@@ -76,24 +81,12 @@ def describe(source: Source, limit: int | None) -> str:
     count = f"{source.items:,} items" if scored == source.items else (
         f"{scored:,} of {source.items:,} items sampled across subjects"
     )  # fmt: skip
-    return f"{what}, {count} — {unresolved(scored)}"
+    return f"{what}, {count} — {resolution(scored)}"
 
 
 def scored_items(source: Source, limit: int | None) -> int | None:
     """Items a run scores from `source` at `limit` (None: every item); None until they are counted."""
     return None if source.items is None else min(limit or source.items, source.items)
-
-
-def unresolved(items: int) -> str:
-    """The losses `items` paired items cannot tell from noise (McNemar MDE over FLIP_SHARES)."""
-    from evals.statistics.stats import minimum_detectable_effect  # scipy: not on every CLI start
-
-    low, high = (100 * minimum_detectable_effect(items, share) for share in FLIP_SHARES)
-    return f"differences under ~{_points(low)}–{_points(high)} points cannot be resolved"
-
-
-def _points(value: float) -> str:
-    return f"{value:.0f}" if value >= 2 else f"{value:.1f}"
 
 
 def check_hub(downloads: list[str], choice: ItemChoice) -> None:

@@ -16,6 +16,7 @@ from evals.planning.vllm_memory import gpu_named
 from evals.serving import hardware, serve
 from evals.serving.hardware import Device
 from evals.serving.processes import forced_port
+from evals.statistics import resolution
 from evals.tasks import item_sets, lm_eval_bridge, prompts
 from evals.tasks.ko_rag import task as rag_task
 from evals.tasks.registry import TASK_SPECS, is_lm_eval_task
@@ -151,7 +152,7 @@ def prepare_matrix(cfg: EvalConfig, ws: Workspace, progress: Progress) -> RunMat
     base = local_model(spec, ws)  # a model not installed is said first (a hub model: downloaded)
     check_remote_code(base.folder, cfg.trust_remote_code)
     plan = plan_run(cfg, ws, spec)
-    for line in item_sets.announce(ws, list(cfg.tasks), cfg.items, cfg.limit):
+    for line in item_sets.announce(ws, list(cfg.tasks), cfg.items, cfg.limit, resolution.unresolved):
         log.info("%s", line)
     choice_tasks = [task for task in cfg.tasks if task in TASK_SPECS]
     downloads = prompts.to_download(ws, choice_tasks, cfg.limit, cfg.seed, cfg.items.online)

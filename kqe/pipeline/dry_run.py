@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from evals.planning.placement import Placement
+from evals.statistics import resolution
 from evals.tasks import item_sets, prompts
 from evals.tasks.registry import TASK_SPECS
 from kqe.core.eval_config import EvalConfig
@@ -57,7 +58,7 @@ def _items(cfg: EvalConfig, ws: Workspace) -> dict[str, Any]:
     ]  # fmt: skip
     return {
         "online": cfg.items.online, "why": cfg.items.why, "limit": cfg.limit, "tasks": tasks,
-        "lines": item_sets.announce(ws, list(cfg.tasks), cfg.items, cfg.limit),
+        "lines": item_sets.announce(ws, list(cfg.tasks), cfg.items, cfg.limit, resolution.unresolved),
     }  # fmt: skip
 
 

@@ -7,7 +7,6 @@ the others go on.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from importlib import metadata
@@ -15,12 +14,10 @@ from pathlib import Path
 
 from evals.reporting import leaderboard, report
 from evals.reporting.leaderboard_row import LeaderboardRow
-from evals.reporting.outcome import CheckpointOutcome, RowFindings
-from evals.scoring import perplexity
+from evals.reporting.outcome import CheckpointOutcome, CheckpointResult, TaskFindings
 from evals.serving import hardware, serve
-from evals.statistics import averages, parallel, perplexity_stats, stats
+from evals.statistics import averages, parallel, perplexity_stats, rag_findings, stats
 from evals.statistics.perplexity_stats import PerplexityFindings
-from evals.tasks.ko_rag import metrics as rag_metrics
 from kqe.core.capacity import CapacityReport
 from kqe.core.errors import UserError
 from kqe.core.eval_config import EvalConfig
@@ -74,13 +71,14 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress, executor: Execu
     vs_base = stats.adjust_run(matched, cfg.multiplicity)
     for name, outcome in outcomes.items():
         control = outcomes.get(matrix.references.get(name, ""))
-        findings = _findings(matrix, outcome, base, vs_base.get(name, {}), control)
-        rows.append(leaderboard.build_row(outcome, findings))  # a checkpoint never built: why, and its plan
-        comparisons += [*findings.vs_base.values(), *findings.vs_control.values()]
-        perplexity += findings.perplexity
-        gaps += [findings.perplexity_gap] if findings.perplexity_gap else []
-        if findings.capacity is not None:
-            capacity[name] = findings.capacity
+        result = _findings(matrix, outcome, base, vs_base.get(name, {}), control)
+        rows.append(leaderboard.build_row(result))  # a checkpoint never built: why, and its plan
+        comparisons += [*result.tasks.vs_base.values(), *result.tasks.vs_control.values()]
+        if result.perplexity is not None:
+            perplexity += result.perplexity.comparisons
+            gaps += [result.perplexity.gap] if result.perplexity.gap else []
+        if result.capacity is not None:
+            capacity[name] = result.capacity
     if all(outcome.checkpoint is None for outcome in outcomes.values()):
         raise UserError(f"no checkpoint of {matrix.model} could be built: see the errors above")
     board = matrix.board_dir / "leaderboard.csv"
@@ -122,29 +120,30 @@ def _findings(
     base: CheckpointOutcome,
     vs_base: dict[str, Comparison],
     control: CheckpointOutcome | None,
-) -> RowFindings:
+) -> CheckpointResult:
     """What the run found about one checkpoint beyond its own stages; only placement and planned
     memory for a checkpoint that was never built."""
     profile, command = matrix.score_profile(outcome.name), matrix.cfg.command()
-    placement = leaderboard.placement_cells(matrix.plan.placement.of(outcome.name))
+    placement = matrix.plan.placement.of(outcome.name)
     ckpt = outcome.checkpoint
+    memory = _row_memory(matrix, outcome)
     if ckpt is None:
-        return RowFindings(profile, command, memory=_row_memory(matrix, outcome), cells=placement)
+        return CheckpointResult(outcome, profile, command, memory=memory, placement=placement)
     base_items = None if outcome.name == BASE_SCHEME else base.items  # the base row keeps the macro Δ empty
-    cells = averages.leaderboard_cells(outcome.items, base_items, matrix.sources)
-    if matrix.rag is not None:
-        rag = matrix.rag
-        cells |= rag_metrics.checkpoint_cells(outcome.items, base_items, rag.skipped, rag.gold_in_context)
-    ppl = _perplexity_findings(matrix, ckpt, base.checkpoint, control.checkpoint if control else None)
-    cells |= ppl.cells | placement
-    files = stage_files(matrix, ckpt)
-    return RowFindings(
-        profile, command, memory=_row_memory(matrix, outcome), base_memory=_row_memory(matrix, base),
+    tasks = TaskFindings(
         vs_base=vs_base, calibration_control=matrix.references.get(outcome.name),
         vs_control=_calibration_effect(control, outcome),
-        capacity=files.capacity(),
-        engine_versions=_engine_versions(matrix), cells=cells, serving=servability(matrix, ckpt).note,
-        perplexity=ppl.comparisons, perplexity_gap=ppl.gap,
+        averages=averages.checkpoint_averages(outcome.items, base_items, matrix.sources),
+    )  # fmt: skip
+    rag = None
+    if matrix.rag is not None:
+        skipped, recall = matrix.rag.skipped, matrix.rag.gold_in_context
+        rag = rag_findings.checkpoint_findings(outcome.items, base_items, skipped, recall)
+    ppl = _perplexity_findings(matrix, ckpt, base.checkpoint, control.checkpoint if control else None)
+    return CheckpointResult(
+        outcome, profile, command, memory=memory, base_memory=_row_memory(matrix, base), tasks=tasks,
+        perplexity=ppl, rag=rag, placement=placement, capacity=stage_files(matrix, ckpt).capacity(),
+        engine_versions=_engine_versions(matrix), serving=servability(matrix, ckpt).note,
     )  # fmt: skip
 
 
@@ -168,13 +167,11 @@ def _row_memory(matrix: RunMatrix, outcome: CheckpointOutcome) -> MemoryReport |
 def _perplexity_findings(
     matrix: RunMatrix, ckpt: Checkpoint, base: Checkpoint | None, control: Checkpoint | None
 ) -> PerplexityFindings:
-    """The perplexity columns of a row: this checkpoint's, its change against the base and its
-    calibration control with CIs and verdicts, and the Korean − English gap on parallel text."""
+    """This checkpoint's perplexity, its change against the base and its calibration control with CIs
+    and verdicts, and the Korean − English gap on parallel text."""
     named = (("ckpt", ckpt), ("base", base), ("control", control))
     paths = {name: stage_files(matrix, c).perplexity for name, c in named if c}
     found = {name: read_record(path, Perplexity) for name, path in paths.items() if path.exists()}
-    stats_found = perplexity_stats.perplexity_findings(
+    return perplexity_stats.perplexity_findings(
         found.get("ckpt"), found.get("base"), found.get("control"), matrix.cfg.ppl_margin_pct
     )
-    cells = perplexity.leaderboard_cells(found.get("ckpt"), found.get("base")) | stats_found.cells
-    return dataclasses.replace(stats_found, cells=cells)

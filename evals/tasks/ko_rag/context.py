@@ -10,6 +10,7 @@ from pathlib import Path
 
 from evals.tasks.ko_rag import retrieval as rag_retrieval
 from evals.tasks.ko_rag.docs import Passage
+from evals.tasks.prompt_tokens import ChoiceTokenizer
 from kqe.core.chat import Framing, chat_framing
 
 MAX_NEW_TOKENS = 32
@@ -77,8 +78,6 @@ def fit_context(
 def hf_budgeter(tokenizer_dir: Path, chat_template: bool = False) -> Budgeter:
     """Token counts with the checkpoint's tokenizer, encoded the way lm-eval's hf model encodes; with
     `chat_template`, prompts framed by its chat template (a UserError when it has none)."""
-    from evals.scoring.score import ChoiceTokenizer
-
     tokenizer = ChoiceTokenizer(tokenizer_dir)
     where, flag = str(tokenizer_dir), "--rag-chat-template"
     frame = (

@@ -32,6 +32,7 @@ from evals.tasks.ko_rag.context import LETTERS, hf_budgeter
 from evals.tasks.ko_rag.rows import build_rows
 from evals.tasks.ko_rag.source import load_source
 from evals.tasks.ko_rag.sweep import MC_TASK, TASK
+from evals.tasks.prompt_tokens import prompt_sha
 from evals.tasks.prompts import PromptItem
 from kqe.core.defaults import RAG_DEFAULT_CONDITIONS
 from kqe.core.errors import UserError
@@ -175,8 +176,6 @@ class PreparedRag:
     def stage_items(self) -> dict[str, list[str]]:
         """Task -> `item_id:prompt sha` of each item: what a finished scoring stage is keyed by (the
         contexts depend on the tokenizer, max-model-len and templates, not on the ids alone)."""
-        from evals.scoring.score import prompt_sha
-
         return {
             TASK: [f"{item.item_id}:{prompt_sha(item.prompt)}" for item in self.generation],
             MC_TASK: [f"{item.item_id}:{prompt_sha(item.prompt)}" for item in self.choices],

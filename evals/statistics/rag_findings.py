@@ -1,0 +1,204 @@
+"""What ko_rag found about a checkpoint per condition and context length, from its scored items
+(`evals/tasks/ko_rag/metrics.py` groups them): F1 and EM over answerable questions, ΔF1 against the base
+with a paired bootstrap CI clustered by gold passage, the closed-book scores and the open-book gain over
+them (paired the same way), abstention, Hangul share, multiple-choice accuracy, retrieval recall."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from evals.statistics.averages import Estimate
+from evals.statistics.stats import (
+    BOOTSTRAP_RESAMPLES,
+    SEED,
+    cluster_sums,
+    percentile_ci,
+    small_sample_stretch,
+)
+from evals.tasks.ko_rag.abstention import abstains
+from evals.tasks.ko_rag.context import ABSTAIN
+from evals.tasks.ko_rag.metrics import Grouped, answer_f1, by_coordinates, open_book_gains
+from evals.tasks.ko_rag.sweep import CLOSED_BOOK, LENGTHS, MC_TASK, RETRIEVED, TASK, coordinates
+from kqe.core.results import ItemResult
+
+
+def _mean_replicates(
+    differences: np.ndarray, index: np.ndarray, resamples: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Means of `differences` over clusters (`index`: each item's cluster) drawn with replacement,
+    stretched for the number of clusters like `evals.statistics.stats`."""
+    totals = np.column_stack([np.bincount(index, weights=differences), np.bincount(index)])
+    sums = cluster_sums(totals, resamples, rng)
+    mean = differences.mean()
+    return mean + small_sample_stretch(len(totals)) * (sums[:, 0] / sums[:, 1] - mean)
+
+
+def paired_mean_ci(
+    differences: np.ndarray,
+    clusters: Sequence[str],
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = SEED,
+) -> tuple[float, float]:
+    """95% percentile bootstrap CI of the mean of paired differences, whole clusters resampled.
+
+    Questions on one passage succeed or fail together (the passage is easy to read or not), so the
+    clusters are the gold passages (an item's `subject`); as in `stats.bootstrap_accuracies`, the
+    interval is never narrower than the one that resamples single items."""
+    rng = np.random.default_rng([seed, len(differences)])
+    index = np.unique(np.asarray(clusters), return_inverse=True)[1]
+    clustered = _mean_replicates(differences, index, resamples, rng)
+    items = _mean_replicates(differences, np.arange(len(differences)), resamples, rng)
+    return percentile_ci(items if np.std(items) > np.std(clustered) else clustered)
+
+
+@dataclass(frozen=True)
+class OpenBookScores:
+    """One open-book condition at one context length, answerable questions only."""
+
+    f1: float | None
+    """Mean number-exact answer F1; None when nothing was scored."""
+    em: float | None
+    """Exact-match share."""
+    f1_delta: Estimate | None
+    """F1 minus the base's on the same items, with its CI clustered by gold passage; None on the base
+    row or when the items differ."""
+
+
+@dataclass(frozen=True)
+class OpenBookGain:
+    """What the retrieved passages add over closed-book at one length, on the same questions."""
+
+    gain: Estimate | None
+    """Retrieved F1 minus closed-book F1, with its CI."""
+    gain_delta: Estimate | None
+    """`gain` minus the base's on the same questions; None on the base row."""
+
+
+@dataclass(frozen=True)
+class ClosedBookScores:
+    """The closed-book condition: answers from memory, and the open-book gain over them."""
+
+    f1: float | None
+    """Mean answer F1 on answerable questions without documents."""
+    em: float | None
+    """Share answered exactly without documents."""
+    gains: dict[str, OpenBookGain]
+    """Length label → the retrieved condition's gain over closed-book."""
+
+
+@dataclass(frozen=True)
+class RagFindings:
+    """What ko_rag found about one checkpoint (`rag_findings` says how each part is computed)."""
+
+    open_book: dict[tuple[str, str], OpenBookScores]
+    """(open-book condition label, length label) → its scores; the retrieved condition always."""
+    closed_book: ClosedBookScores | None
+    """None when the closed-book condition was not scored."""
+    hangul: float | None
+    """Mean Hangul share of the generated answers, retrieved condition."""
+    abstain: float | None
+    """Share of unanswerable questions whose answer abstains, retrieved condition."""
+    abstain_precision: float | None
+    """Share of the abstaining answers given on unanswerable questions, retrieved condition."""
+    mc_acc: float | None
+    """Multiple-choice accuracy over every scored length, retrieved condition."""
+    recall: dict[str, float]
+    """Length label → retrieval recall (the same for every checkpoint), where measured."""
+    skipped: dict[str, str]
+    """Length label → why it was not scored."""
+
+
+def _paired(ours: dict[str, float], theirs: dict[str, float], clusters: dict[str, str]) -> Estimate | None:
+    """The mean of ours − theirs with its 95% CI clustered, over the same keys; None unless they match."""
+    if not ours or set(ours) != set(theirs):
+        return None
+    keys = sorted(ours)
+    differences = np.array([ours[k] - theirs[k] for k in keys])
+    low, high = paired_mean_ci(differences, [clusters[k] for k in keys])
+    return Estimate(float(differences.mean()), low, high)
+
+
+def _open_book(label: str, length: str, ours: Grouped, theirs: Grouped | None) -> OpenBookScores:
+    """F1, EM and (against the base, on the same items) ΔF1 with its CI of one open-book condition at
+    one length, answerable questions only."""
+    scored = ours.get((label, length), {})
+    f1 = {key: answer_f1(item) for key, item in scored.items()}
+    delta = None
+    if theirs is not None:
+        base = {key: answer_f1(item) for key, item in theirs.get((label, length), {}).items()}
+        delta = _paired(f1, base, {key: item.subject for key, item in scored.items()})
+    return OpenBookScores(
+        f1=float(np.mean(list(f1.values()))) if f1 else None,
+        em=float(np.mean([i.correct for i in scored.values()])) if scored else None,
+        f1_delta=delta,
+    )
+
+
+def _closed_book(ours: Grouped, theirs: Grouped | None) -> ClosedBookScores:
+    """Closed-book F1 and EM (answerable questions), and per length the open-book gain (retrieved F1
+    minus closed-book F1 on the same questions) with its CI, and its change against the base's."""
+    closed = list(ours.get((CLOSED_BOOK, None), {}).values())
+    gains: dict[str, OpenBookGain] = {}
+    for length in LENGTHS:
+        gain, clusters = open_book_gains(ours, length)
+        within = _paired(gain, dict.fromkeys(gain, 0.0), clusters)
+        across = _paired(gain, open_book_gains(theirs, length)[0], clusters) if theirs is not None else None
+        gains[length] = OpenBookGain(within, across)
+    return ClosedBookScores(
+        f1=float(np.mean([answer_f1(i) for i in closed])) if closed else None,
+        em=float(np.mean([i.correct for i in closed])) if closed else None,
+        gains=gains,
+    )
+
+
+def _mean(values: Sequence[float | bool]) -> float | None:
+    return float(np.mean(values)) if values else None
+
+
+def rag_findings(
+    items: Sequence[ItemResult],
+    base_items: Sequence[ItemResult] | None,
+    choice_items: Sequence[ItemResult],
+    skipped: dict[str, str],
+    recall: dict[str, float] | None = None,
+) -> RagFindings:
+    """ko_rag's findings about one checkpoint: per open-book condition and length, F1, EM and (against
+    the base, on the same items) ΔF1 with a paired bootstrap 95% CI clustered by gold passage, over
+    answerable questions only; the closed-book scores and open-book gain; on the retrieved condition,
+    Hangul share, abstention recall (on unanswerable questions) and precision, and multiple-choice
+    accuracy over all scored lengths, and retrieval recall per length (`recall`); the lengths skipped
+    and why."""
+    answerable = [item for item in items if item.reference != ABSTAIN]
+    ours = by_coordinates(answerable)
+    theirs = None if base_items is None else by_coordinates([i for i in base_items if i.reference != ABSTAIN])
+    labels = sorted({label for label, _ in ours if label != CLOSED_BOOK} | {RETRIEVED})
+    retrieved = [item for item in items if coordinates(item.item_id)[0] == RETRIEVED]
+    unanswerable = [item for item in retrieved if item.reference == ABSTAIN]  # `correct`: it abstained
+    choices = [item for item in choice_items if coordinates(item.item_id)[0] == RETRIEVED]
+    return RagFindings(
+        open_book={(label, length): _open_book(label, length, ours, theirs) for label in labels
+                   for length in LENGTHS},
+        closed_book=_closed_book(ours, theirs) if (CLOSED_BOOK, None) in ours else None,
+        hangul=_mean([item.hangul_share for item in retrieved if item.hangul_share is not None]),
+        abstain=_mean([i.correct for i in unanswerable]),
+        abstain_precision=_mean(
+            [item.reference == ABSTAIN for item in retrieved if abstains(item.generated or "")]
+        ),
+        mc_acc=_mean([i.correct for i in choices]),
+        recall=dict(recall or {}),
+        skipped=skipped,
+    )  # fmt: skip
+
+
+def checkpoint_findings(
+    items: Mapping[str, Sequence[ItemResult]],
+    base_items: Mapping[str, Sequence[ItemResult]] | None,
+    skipped: dict[str, str],
+    recall: dict[str, float] | None = None,
+) -> RagFindings:
+    """`rag_findings` from a checkpoint's items by task (`base_items` None on the base row)."""
+    base = None if base_items is None else base_items.get(TASK, [])
+    return rag_findings(items.get(TASK, []), base, items.get(MC_TASK, []), skipped, recall)
