@@ -15,11 +15,11 @@ from evals.serving.cpu import CPU_ISA_EMULATION
 from kqe.commands.calibrate import calibrate_command
 from kqe.commands.choose import choose_command
 from kqe.commands.compare import compare_command
+from kqe.commands.console import console, say
 from kqe.commands.diff import diff_command
 from kqe.commands.doctor import doctor_command
 from kqe.commands.env import env_command
 from kqe.commands.eval import eval_command
-from kqe.commands.guard import console, say
 from kqe.commands.load import load_command
 from kqe.commands.models import models_command
 from kqe.commands.plan import plan_command

@@ -29,9 +29,9 @@ from kqe.core.records import SCHEMA_VERSION, CalibrationSet, Checkpoint, content
 from kqe.core.schemes import BASE_SCHEME, SchemeInfo, scheme_info
 from kqe.core.workspace import Workspace
 from quantize import layout
-from quantize._oneshot import REPORT_NAME, OneshotJob
+from quantize.build_process import build_lock, failure, run_child
 from quantize.calibration import tokenizer_hash
-from quantize.child import build_lock, failure, run_child
+from quantize.llmcompressor_child import REPORT_NAME, OneshotJob
 from quantize.schemes import AUTOAWQ_INSTALL, RECIPES, Recipe
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 CHECKPOINT_RECORD = "checkpoint.json"
 PACKAGES = ("llmcompressor", "compressed-tensors", "transformers", "torch")
 AUTOAWQ_PACKAGES = ("autoawq", "transformers", "torch")
-_CHILD_MODULES = {"llmcompressor": "quantize._oneshot", "autoawq": "quantize._autoawq"}
+_CHILD_MODULES = {"llmcompressor": "quantize.llmcompressor_child", "autoawq": "quantize.autoawq_child"}
 _DIGEST_CACHE = ".base-digests.json"
 """Per-file sha256 of base weights, keyed by path, size and mtime: big models are hashed once."""
 

@@ -33,10 +33,10 @@ from kqe.core.io import read_record, write_record
 from kqe.core.records import Checkpoint, Record, content_hash
 from kqe.core.workspace import Workspace
 from quantize import layout
-from quantize._oneshot import REPORT_NAME
 from quantize.build import CHECKPOINT_RECORD
-from quantize.child import build_lock
+from quantize.build_process import build_lock
 from quantize.formats import quant_facts
+from quantize.llmcompressor_child import REPORT_NAME
 
 log = logging.getLogger(__name__)
 

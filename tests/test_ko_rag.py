@@ -291,7 +291,7 @@ def test_lm_eval_dataset_is_prepared_for_the_model_when_no_data_is_given(
     model arguments as metadata, and the rows are cut with that model's tokenizer and context size."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("ko_rag_utils", TASKS_DIR / "ko_rag" / "utils.py")
+    spec = importlib.util.spec_from_file_location("ko_rag_utils", TASKS_DIR / "ko_rag" / "lm_eval_hooks.py")
     assert spec is not None and spec.loader is not None
     utils = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(utils)

@@ -438,8 +438,8 @@ def test_extra_checkpoints_are_scored_refused_or_failed_in_the_matrix(
 
 
 def test_a_build_reports_the_layer_groups_its_child_has_done(tmp_path: Path) -> None:
-    from quantize._oneshot import OneshotJob
-    from quantize.child import run_child
+    from quantize.build_process import run_child
+    from quantize.llmcompressor_child import OneshotJob
 
     job = OneshotJob(
         base_dir="/x",

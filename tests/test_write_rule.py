@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from evals.reporting.leaderboard import write_leaderboard
 from evals.reporting.report import write_report
 from evals.serving.serve import VllmServer, local_profile
-from kqe.commands.guard import run_guarded
+from kqe.commands.console import run_guarded
 from kqe.commands.report import report_command
 from kqe.core.errors import UserError
 from kqe.core.io import open_writable, write_atomic, write_record

@@ -1,4 +1,4 @@
-"""What `kqe choose` (`decide.py`) reads of a leaderboard row, named by planning and provided by
+"""What `kqe choose` (`choose.py`) reads of a leaderboard row, named by planning and provided by
 `evals/reporting`'s `LeaderboardRow`: planning sits below reporting among the stages."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 
-from evals.planning.decide import points
+from evals.planning.choose import points
 from evals.reporting.leaderboard_row import LeaderboardRow, scored_tasks
 from evals.reporting.plots import task_label
 from evals.reporting.rag_report import percent, retrieved_delta, scored_lengths

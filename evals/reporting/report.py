@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from evals.planning.decide import points
+from evals.planning.choose import points
 from evals.reporting import averages_report
 from evals.reporting import plots as figures
 from evals.reporting.capacity_report import capacity_section

@@ -49,9 +49,9 @@ from evals.serving.processes import (
 )
 from evals.serving.serve_command import server_environment, vllm_command
 from evals.serving.vllm_log import telling_line
-from kqe.core.children import with_parent_death_signal
 from kqe.core.errors import UserError
 from kqe.core.io import open_writable, owned_folder, refuse_link, write_atomic
+from kqe.core.processes import with_parent_death_signal
 from kqe.core.records import Engine, MemoryReport, ServeProfile
 from kqe.core.workspace import Workspace
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from kqe.commands.guard import ONLINE_HELP, echo, item_choice, run_guarded
+from kqe.commands.console import ONLINE_HELP, echo, item_choice, run_guarded
 from kqe.core import defaults
 from kqe.core.errors import UserError
 from kqe.core.eval_config import split_list

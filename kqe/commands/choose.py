@@ -1,5 +1,5 @@
 """`kqe choose`: the checkpoint to deploy on a GPU under a quality-loss budget (thin shell over
-`evals/planning/decide.py`, which documents the rule)."""
+`evals/planning/choose.py`, which documents the rule)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
-from evals.planning.decide import Choice, Deployment, choose, measured_applies, profile_for_gpu
+from evals.planning.choose import Choice, Deployment, choose, measured_applies, profile_for_gpu
 from evals.reporting.leaderboard_row import LeaderboardRow
-from kqe.commands.guard import Number, echo, run_guarded
+from kqe.commands.console import Number, echo, run_guarded
 from kqe.core.errors import UserError
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from kqe.commands.guard import Number, echo, run_guarded
+from kqe.commands.console import Number, echo, run_guarded
 from kqe.core.text import json_text
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from evals.reporting.diff import CellChange, LeaderboardDiff, diff
-from kqe.commands.guard import echo, run_guarded
+from kqe.commands.console import echo, run_guarded
 
 _POINT_COLUMNS = ("_acc", "_delta", "_ci_low", "_ci_high", "_mde", "ko_en_gap")
 _GIB_COLUMNS = ("weights_gib", "kv_cache_gib", "disk_gib")

@@ -17,7 +17,7 @@ from evals.serving.doctor.diagnose import (
 )
 from evals.serving.doctor.kv_pressure import read_metrics
 from evals.serving.vllm_log import log_lines, stream_lines
-from kqe.commands.guard import echo, run_guarded
+from kqe.commands.console import echo, run_guarded
 from kqe.core.errors import UserError
 
 SMI_FIX = "save `nvidia-smi` output to a file (nvidia-smi > smi.txt) and give that"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kqe.commands.guard import echo, run_guarded
+from kqe.commands.console import echo, run_guarded
 
 
 @click.command("env")
@@ -15,7 +15,7 @@ def env_command(as_json: bool, brief: bool) -> None:
     library, the dtype the default CPU profile resolves to here, and the expected items/s from a
     short probe (run once per CPU and install, then cached in the serve environment)."""
     from kqe.core.workspace import Workspace
-    from kqe.pipeline.machine import machine_report
+    from kqe.pipeline.env_report import machine_report
 
     def action() -> None:
         report = machine_report(Workspace.from_env())

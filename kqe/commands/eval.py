@@ -15,7 +15,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from kqe.commands.guard import (
+from kqe.commands.console import (
     ONLINE_HELP,
     Number,
     ProgressDisplay,
@@ -265,7 +265,7 @@ def eval_config(options: dict[str, Any]) -> EvalConfig:
 def _print_answer(cfg: EvalConfig, board: Path, rows: list[Any]) -> None:
     """The run's answer on the terminal: whether anything was new, one line per checkpoint, what
     `kqe choose` recommends for the target, and where the files are."""
-    from evals.planning.decide import choose
+    from evals.planning.choose import choose
     from evals.reporting.report import read_run_summary
     from evals.reporting.report_text import item_lines
     from evals.reporting.summary import summary_table
@@ -291,7 +291,7 @@ def _print_answer(cfg: EvalConfig, board: Path, rows: list[Any]) -> None:
 
 def _profile(options: dict[str, Any]) -> str:
     """The profile given; else, for a target GPU, its default profile (profiles.toml); else cpu-small."""
-    from evals.planning.decide import profile_for_gpu
+    from evals.planning.choose import profile_for_gpu
     from evals.planning.vllm_memory import gpu_named
     from evals.serving.serve import profile_names, serve_profiles
 

@@ -17,7 +17,7 @@ import click
 from evals.capacity.bench import BenchSettings, concurrency_levels
 from evals.capacity.session import WorkloadSpec, local_base_url, measure_ab, measure_running, measure_server
 from evals.serving.endpoint import Endpoint
-from kqe.commands.guard import Number, echo, run_guarded
+from kqe.commands.console import Number, echo, run_guarded
 from kqe.core import defaults
 from kqe.core.capacity import DEFAULT_SLO, AbOption, AbReport, CapacityReport, LoadRecord, Slo, Workload
 from kqe.core.errors import UserError
@@ -153,7 +153,7 @@ def _save(options: dict[str, Any], report: CapacityReport | AbReport) -> Path:
     from kqe.core.io import write_atomic
     from kqe.core.registry import resolve_model
     from kqe.core.workspace import Workspace
-    from kqe.pipeline.machine import machine_report
+    from kqe.pipeline.env_report import machine_report
 
     ws = Workspace.from_env()
     record = LoadRecord(command=reproduce_command(options), machine=machine_report(ws).line(), report=report)

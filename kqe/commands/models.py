@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kqe.commands.guard import echo, run_guarded
+from kqe.commands.console import echo, run_guarded
 
 
 @click.command("models")

@@ -16,7 +16,7 @@ from evals.planning.guide_check import GUIDE_TOLERANCE_PCT, GuideFigure, guide_f
 from evals.planning.log_check import CORPUS_DIR, MEASURES, LogCheckReport, check_logs
 from evals.planning.planner import Plan, plan
 from evals.planning.vllm_memory import PlanRequest, gpu_named, load_gpus
-from kqe.commands.guard import Number, echo, run_guarded
+from kqe.commands.console import Number, echo, run_guarded
 from kqe.core import defaults
 from kqe.core.errors import UserError
 

@@ -14,7 +14,7 @@ from pydantic import model_validator
 
 from kqe.commands import calibrate
 from kqe.commands.calibrate import CalibrateConfig
-from kqe.commands.guard import echo, run_guarded
+from kqe.commands.console import echo, run_guarded
 from kqe.core import defaults
 from kqe.core.errors import UserError
 from kqe.core.eval_config import split_list

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from evals.tasks.ko_rag.answers_file import ScoredAnswers
-from kqe.commands.guard import echo, run_guarded
+from kqe.commands.console import echo, run_guarded
 
 
 def _share(value: float | None) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from kqe.commands.guard import echo, run_guarded
+from kqe.commands.console import echo, run_guarded
 
 
 @click.command("report")

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from kqe.commands.guard import echo, run_guarded
+from kqe.commands.console import echo, run_guarded
 from kqe.core.workspace import Workspace
 
 

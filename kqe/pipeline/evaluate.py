@@ -26,7 +26,7 @@ from kqe.core.records import Checkpoint, MemoryReport
 from kqe.core.results import ItemResult, Perplexity, ScoreRun
 from kqe.pipeline.config import RunMatrix
 from kqe.pipeline.matrix import MatrixEntry
-from kqe.pipeline.stages import servability, stage_files
+from kqe.pipeline.stage_files import servability, stage_files
 from quantize import build, catalog, dequantize, external
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from kqe.core.results import Perplexity, ScoreRun
 from kqe.core.schemes import BASE_SCHEME, SCHEMES
 from kqe.pipeline.config import RunMatrix
 from kqe.pipeline.matrix import MatrixEntry
-from kqe.pipeline.stages import stage_files
+from kqe.pipeline.stage_files import stage_files
 from quantize import build
 
 T = TypeVar("T", bound=Record)

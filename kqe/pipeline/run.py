@@ -29,7 +29,7 @@ from kqe.core.workspace import Workspace
 from kqe.pipeline.config import Progress, RunMatrix, prepare_matrix
 from kqe.pipeline.executors import Executor, LocalExecutor
 from kqe.pipeline.preview import SLOW_ITEMS_PER_S, preview, recorded_rates
-from kqe.pipeline.stages import servability, stage_files
+from kqe.pipeline.stage_files import servability, stage_files
 
 log = logging.getLogger(__name__)
 LOCAL = LocalExecutor()

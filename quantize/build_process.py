@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from kqe.core.children import with_parent_death_signal
 from kqe.core.io import open_writable
-from quantize._oneshot import OneshotJob
+from kqe.core.processes import with_parent_death_signal
+from quantize.llmcompressor_child import OneshotJob
 
 log = logging.getLogger(__name__)
 

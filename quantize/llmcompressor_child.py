@@ -1,4 +1,4 @@
-"""Child process of a checkpoint build: `python -m quantize._oneshot '<OneshotJob JSON>'`.
+"""Child process of a checkpoint build: `python -m quantize.llmcompressor_child '<OneshotJob JSON>'`.
 
 Runs llmcompressor's oneshot on a copy of the base model (`job.dtype`) and writes the compressed
 checkpoint into `job.out_dir`. It runs apart from the suite so that its peak memory can be measured on

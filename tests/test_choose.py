@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from evals.planning.decide import Deployment, choose, measured_applies, profile_for_gpu
+from evals.planning.choose import Deployment, choose, measured_applies, profile_for_gpu
 from evals.planning.placement import target_from
 from evals.planning.vllm_memory import gpu_named, load_gpus
 from evals.reporting.diff import diff

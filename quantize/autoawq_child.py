@@ -1,4 +1,4 @@
-"""Child process of an autoawq build: `python -m quantize._autoawq '<OneshotJob JSON>'`.
+"""Child process of an autoawq build: `python -m quantize.autoawq_child '<OneshotJob JSON>'`.
 
 Quantizes the base with the `autoawq` package (0.2.9, deprecated upstream; installed with
 `--no-deps`) on the job's calibration windows and saves vLLM's `awq` format (GEMM packing).
@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from quantize._oneshot import OneshotJob, calibration_ids, child_main, copy_tokenizer
+from quantize.llmcompressor_child import OneshotJob, calibration_ids, child_main, copy_tokenizer
 
 
 def run(job: OneshotJob) -> dict[str, Any]:
@@ -41,7 +41,7 @@ def run(job: OneshotJob) -> dict[str, Any]:
         apply_clip=recipe.apply_clip,
     )
     calibrated = time.monotonic()
-    model.model.to(torch.bfloat16)  # as `quantize._oneshot` saves
+    model.model.to(torch.bfloat16)  # as `quantize.llmcompressor_child` saves
     model.save_quantized(str(out))
     copy_tokenizer(base, out)
     saved = time.monotonic()
