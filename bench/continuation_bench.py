@@ -22,6 +22,7 @@ from pathlib import Path
 from bench import bench_rows
 from bench.suite_bench import MODEL, Row, say, spread, table, write_csv
 from evals.scoring.continuation import score_choices
+from evals.scoring.job import ScoringJob
 from evals.serving import cpu
 from evals.serving.serve import VllmServer, local_profile
 from evals.tasks import lm_eval_bridge
@@ -43,7 +44,9 @@ def serve_runs(ws: Workspace, model_dir: Path, folder: Path, runs: int) -> tuple
     ):
         for run in range(runs + 1):  # pass 0 warms the server up
             started = time.perf_counter()
-            score_choices(items, model_dir, server.endpoint, Path(tmp) / f"{run}.jsonl", "bf16", "bench")
+            score_choices(
+                items, ScoringJob(model_dir, server.endpoint, Path(tmp) / f"{run}.jsonl", "bf16", "bench")
+            )
             if run:
                 seconds.append(time.perf_counter() - started)
     return seconds, len(items)

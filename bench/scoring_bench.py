@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evals.scoring.job import ScoringJob
 from evals.scoring.score import score_task
 from evals.serving.serve import VllmServer, local_profile
 from evals.tasks.prompt_tokens import choice_tokenizer
@@ -139,16 +140,19 @@ def serve_path(
         log = Path(tmp) / "server.log"
         with VllmServer(model_dir, "bf16", profile, ws, log) as server:
             load_s = time.perf_counter() - started
-            where = (model_dir, server.endpoint)
+
+            def job(items_path: Path) -> ScoringJob:
+                return ScoringJob(model_dir, server.endpoint, items_path, "bf16", "bench")
+
             for task, prompts in warm_up.items():
-                score_task(prompts, *where, Path(tmp) / f"warm-{task}.jsonl", "bf16", "bench")
+                score_task(prompts, job(Path(tmp) / f"warm-{task}.jsonl"))
             runs_s, load_avg = [], []
             for run in range(runs):
                 _reset_prefix_cache(server)
                 load_avg.append(os.getloadavg()[0])
                 started = time.perf_counter()
                 for task, prompts in items.items():
-                    score_task(prompts, *where, Path(tmp) / f"{run}-{task}.jsonl", "bf16", "bench")
+                    score_task(prompts, job(Path(tmp) / f"{run}-{task}.jsonl"))
                 runs_s.append(time.perf_counter() - started)
         last = [read_jsonl(Path(tmp) / f"{runs - 1}-{task}.jsonl", ItemResult) for task in items]
     return Timed(

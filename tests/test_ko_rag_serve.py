@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from evals.scoring import generate, score
+from evals.scoring.job import ScoringJob
 from evals.tasks import prompt_tokens
 from evals.tasks.ko_rag import task as rag_task
 from evals.tasks.ko_rag.sweep import coordinates, question_of
@@ -52,8 +53,8 @@ def server(tiny_model_dir: Path, prepared: tuple[Workspace, Path]) -> Iterator[A
 def _generate(
     server: Any, items: list[rag_task.RagItem], tokenizer: Path, path: Path
 ) -> dict[str, ItemResult]:
-    args = (server.endpoint, path, "tiny", "test-profile")
-    run = generate.score_generation(items, tokenizer, *args, concurrency=4)
+    job = ScoringJob(tokenizer, server.endpoint, path, "tiny", "test-profile", concurrency=4)
+    run = generate.score_generation(items, job)
     results = {result.item_id: result for result in read_jsonl(Path(run.items_path), ItemResult)}
     assert run.n_items == len(results) == len(items)
     return results
@@ -71,8 +72,10 @@ def test_generation_and_choices_match_lm_eval_hf_item_by_item(
     rows = rag_task.read_rows(folder)
     items = rag_task.generation_items(rows)
     ours = _generate(server, items, tiny_model_dir, ws.root / "gen.jsonl")
-    args = (server.endpoint, ws.root / "mc.jsonl", "tiny", "test-profile")
-    choice_run = score.score_task(rag_task.choice_items(rows), tiny_model_dir, *args, concurrency=4)
+    job = ScoringJob(
+        tiny_model_dir, server.endpoint, ws.root / "mc.jsonl", "tiny", "test-profile", concurrency=4
+    )
+    choice_run = score.score_task(rag_task.choice_items(rows), job)
     choices = {r.item_id: r for r in read_jsonl(Path(choice_run.items_path), ItemResult)}
 
     manager = TaskManager(include_path=str(TASKS_DIR), metadata={"kqe_task_data": str(folder)})
@@ -124,6 +127,6 @@ def test_generation_is_deterministic_and_resumes(
         assert (condition, length) in {("retrieved", "1k"), ("retrieved", "2k"), ("closed_book", None)}
         if condition == "retrieved":  # flagged with its question's closed-book answer, once all are in
             assert result.closed_book == closed[question_of(result.item_id)]
-    args = (server.endpoint, ws.root / "first.jsonl", "tiny", "test-profile")
-    again = generate.score_generation(items, tiny_model_dir, *args)
+    job = ScoringJob(tiny_model_dir, server.endpoint, ws.root / "first.jsonl", "tiny", "test-profile")
+    again = generate.score_generation(items, job)
     assert again.items_per_s is None and again.n_items == len(items)

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from evals.scoring.continuation import score_choices
+from evals.scoring.job import ScoringJob
 from evals.tasks import lm_eval_bridge
 from kqe.core.io import read_jsonl
 from kqe.core.results import ItemResult
@@ -71,7 +72,7 @@ def test_per_item_loglikelihoods_equal_lm_eval_hf(
         bridged = lm_eval_bridge.resolve(f"lm-eval:{task}", folder)
         items = lm_eval_bridge.load_prompts(bridged, folder, None, 0)
         path = ws.root / f"{task}.jsonl"
-        run = score_choices(items, tiny_model_dir, server.endpoint, path, "tiny", "test-profile")
+        run = score_choices(items, ScoringJob(tiny_model_dir, server.endpoint, path, "tiny", "test-profile"))
         ours = {result.item_id: result for result in read_jsonl(path, ItemResult)}
         samples = reference["samples"][task]
         assert run.n_items == len(ours) == len(samples) == len(items) == 24

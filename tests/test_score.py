@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from evals.scoring.job import ScoringJob
 from evals.scoring.score import (
     batches,
     choice_logprobs,
@@ -185,16 +186,8 @@ def server(tiny_model_dir: Path, task_data: tuple[Workspace, Path]) -> Iterator[
         yield running
 
 
-def _score(server: Any, items: list[PromptItem], tokenizer_dir: Path, path: Path, **kwargs: Any) -> Any:
-    return score_task(
-        items,
-        tokenizer_dir,
-        server.endpoint,
-        path,
-        "tiny",
-        "test-profile",
-        **kwargs,
-    )
+def _score(server: Any, items: list[PromptItem], tokenizer_dir: Path, path: Path, **job: Any) -> Any:
+    return score_task(items, ScoringJob(tokenizer_dir, server.endpoint, path, "tiny", "test-profile", **job))
 
 
 @pytest.mark.slow

@@ -20,15 +20,15 @@ vLLM 0.32 skips reading its prefix cache for requests that ask prompt log-probs
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from evals.scoring import score
+from evals.scoring.job import ScoringJob
 from evals.scoring.perplexity import prompt_token_logprobs
 from evals.scoring.scoring_pass import results_as_done, score_missing
-from evals.serving.endpoint import Endpoint
 from evals.tasks import prompt_tokens
 from evals.tasks.prompts import PromptItem
 from kqe.core.errors import UserError
@@ -112,21 +112,11 @@ def _check_lengths(encoded: list[EncodedChoices], max_model_len: int) -> None:
         )
 
 
-def score_choices(
-    prompts: list[PromptItem],
-    tokenizer_dir: Path,
-    endpoint: Endpoint,
-    items_path: Path,
-    checkpoint: str,
-    profile_key: str,
-    concurrency: int = 8,
-    progress: Callable[[int, int], None] | None = None,
-) -> ScoreRun:
+def score_choices(prompts: list[PromptItem], job: ScoringJob) -> ScoreRun:
     """Score one multiple-choice task: one-token choices by the letter scorer's next-token read, any
-    other task by its continuations' prompt log-probs; resumable from `items_path` either way."""
-    if one_token_choices(prompts, tokenizer_dir):
-        where = (tokenizer_dir, endpoint, items_path, checkpoint, profile_key)
-        return score.score_task(prompts, *where, concurrency, progress)
+    other task by its continuations' prompt log-probs; resumable from `job.items_path` either way."""
+    if one_token_choices(prompts, job.tokenizer_dir):
+        return score.score_task(prompts, job)
     tasks = {item.task for item in prompts}
     if len(tasks) != 1:
         raise ValueError(
@@ -142,17 +132,17 @@ def score_choices(
 
     def start(todo: list[str]) -> Generator[ItemResult, None, None]:
         left = set(todo)
-        tokenizer = prompt_tokens.choice_tokenizer(tokenizer_dir.resolve())
+        tokenizer = prompt_tokens.choice_tokenizer(job.tokenizer_dir.resolve())
         encoded = [encode(tokenizer, item) for item in prompts if item.item_id in left]
-        client = ContinuationClient(endpoint, concurrency)
+        client = ContinuationClient(job.endpoint, job.concurrency)
         check_fits = functools.partial(_check_lengths, encoded)
 
         def results_of(item: EncodedChoices, logprobs: list[float]) -> list[ItemResult]:
             return [score.item_result(item.item, logprobs)]
 
         return results_as_done(
-            client, encoded, client.read_continuations, results_of, check_fits, concurrency
+            client, encoded, client.read_continuations, results_of, check_fits, job.concurrency
         )
 
     ids = [item.item_id for item in prompts]
-    return score_missing(ids, stale, start, items_path, checkpoint, tasks.pop(), profile_key, progress)
+    return score_missing(ids, stale, start, job, tasks.pop())

@@ -15,13 +15,12 @@ and (open-book items) whether the checkpoint answered the question closed-book.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Generator
-from pathlib import Path
+from collections.abc import Generator
 from typing import Any
 
+from evals.scoring.job import ScoringJob
 from evals.scoring.score import CompletionsClient
 from evals.scoring.scoring_pass import results_as_done, score_missing
-from evals.serving.endpoint import Endpoint
 from evals.tasks.ko_rag.answer_score import score_answer
 from evals.tasks.ko_rag.context import ABSTAIN, MAX_NEW_TOKENS
 from evals.tasks.ko_rag.metrics import closed_book_flags
@@ -86,18 +85,9 @@ class GenerationClient(CompletionsClient):
         return generated_text(self._call("POST", "/v1/completions", body), item_id)
 
 
-def score_generation(
-    items: list[RagItem],
-    tokenizer_dir: Path,
-    endpoint: Endpoint,
-    items_path: Path,
-    checkpoint: str,
-    profile_key: str,
-    concurrency: int = 8,
-    progress: Callable[[int, int], None] | None = None,
-) -> ScoreRun:
-    """Generate and score every item through the server, resuming from `items_path` (one flushed line
-    per finished item, so a crash loses at most the requests in flight); once all are in, each
+def score_generation(items: list[RagItem], job: ScoringJob) -> ScoreRun:
+    """Generate and score every item through the server, resuming from `job.items_path` (one flushed
+    line per finished item, so a crash loses at most the requests in flight); once all are in, each
     open-book item is flagged with whether its question was answered closed-book."""
     shas = {item.item_id: prompt_sha(item.prompt) for item in items}
 
@@ -106,14 +96,14 @@ def score_generation(
 
     def start(todo: list[str]) -> Generator[ItemResult, None, None]:
         left = set(todo)
-        tokenizer = ChoiceTokenizer(tokenizer_dir)
+        tokenizer = ChoiceTokenizer(job.tokenizer_dir)
         encoded = [(item, tokenizer.tok_encode(item.prompt)) for item in items if item.item_id in left]
-        return _generate(encoded, GenerationClient(endpoint, concurrency), concurrency)
+        return _generate(encoded, GenerationClient(job.endpoint, job.concurrency), job.concurrency)
 
     ids = [item.item_id for item in items]
-    run = score_missing(ids, stale, start, items_path, checkpoint, TASK, profile_key, progress)
-    flagged = closed_book_flags(read_jsonl(items_path, ItemResult))
-    write_atomic(items_path, "".join(result.model_dump_json() + "\n" for result in flagged))
+    run = score_missing(ids, stale, start, job, TASK)
+    flagged = closed_book_flags(read_jsonl(job.items_path, ItemResult))
+    write_atomic(job.items_path, "".join(result.model_dump_json() + "\n" for result in flagged))
     return run
 
 

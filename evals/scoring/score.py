@@ -31,12 +31,12 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Generator
-from pathlib import Path
+from collections.abc import Generator
 from typing import Any
 
 import httpx
 
+from evals.scoring.job import ScoringJob
 from evals.scoring.scoring_pass import results_as_done, score_missing
 from evals.serving.endpoint import Endpoint
 from evals.tasks.prompt_tokens import EncodedItem, choice_tokenizer, prompt_sha
@@ -200,22 +200,12 @@ def _check_lengths(encoded: list[EncodedItem], max_model_len: int) -> None:
         )
 
 
-def score_task(
-    prompts: list[PromptItem],
-    tokenizer_dir: Path,
-    endpoint: Endpoint,
-    items_path: Path,
-    checkpoint: str,
-    profile_key: str,
-    concurrency: int = 8,
-    progress: Callable[[int, int], None] | None = None,
-    batch_items: int = BATCH_ITEMS,
-) -> ScoreRun:
-    """Score every prompt of one task through the server, resuming from `items_path`.
+def score_task(prompts: list[PromptItem], job: ScoringJob, batch_items: int = BATCH_ITEMS) -> ScoreRun:
+    """Score every prompt of one task through the server, resuming from `job.items_path`.
 
-    Finished items are appended to `items_path` one flushed line at a time, so a crash loses at most
-    the requests in flight; a re-run scores only the items not there yet (or whose prompt or gold
-    changed). `concurrency` requests of up to `batch_items` items each are in flight.
+    Finished items are appended to `job.items_path` one flushed line at a time, so a crash loses at
+    most the requests in flight; a re-run scores only the items not there yet (or whose prompt or gold
+    changed). `job.concurrency` requests of up to `batch_items` items each are in flight.
     """
     tasks = {item.task for item in prompts}
     if len(tasks) != 1:
@@ -228,13 +218,13 @@ def score_task(
 
     def start(todo: list[str]) -> Generator[ItemResult, None, None]:
         left = set(todo)
-        tokenizer = choice_tokenizer(tokenizer_dir.resolve())
+        tokenizer = choice_tokenizer(job.tokenizer_dir.resolve())
         encoded = [tokenizer.encode(item) for item in prompts if item.item_id in left]
-        client = CompletionsClient(endpoint, concurrency)
-        return _score_encoded(batches(encoded, batch_items), client, concurrency)
+        client = CompletionsClient(job.endpoint, job.concurrency)
+        return _score_encoded(batches(encoded, batch_items), client, job.concurrency)
 
     ids = [item.item_id for item in prompts]
-    return score_missing(ids, stale, start, items_path, checkpoint, tasks.pop(), profile_key, progress)
+    return score_missing(ids, stale, start, job, tasks.pop())
 
 
 def _score_encoded(

@@ -16,6 +16,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Protocol, TypeVar
 
+from evals.scoring.job import ScoringJob
 from kqe.core.faults import pause_point
 from kqe.core.io import JsonlAppender, read_jsonl
 from kqe.core.results import ItemResult, ScoreRun
@@ -49,18 +50,16 @@ def score_missing(
     item_ids: Sequence[str],
     stale: Callable[[ItemResult], bool],
     start: Callable[[list[str]], Generator[ItemResult, None, None]],
-    items_path: Path,
-    checkpoint: str,
+    job: ScoringJob,
     task: str,
-    profile_key: str,
-    progress: Callable[[int, int], None] | None,
 ) -> ScoreRun:
-    """Score the items of `item_ids` that `items_path` does not hold yet and summarize them all.
+    """Score the items of `item_ids` that `job.items_path` does not hold yet and summarize them all.
 
     `start` gets the ids left to score and returns their results as they finish; it is called before
     the clock starts, so encoding the prompts does not count against items/s. Results of items outside
     `item_ids` stay in the file untouched.
     """
+    items_path, checkpoint, progress = job.items_path, job.checkpoint, job.progress
     kept = resumable(items_path, stale)
     wanted = set(item_ids)
     results = {result.item_id: result for result in kept if result.item_id in wanted}
@@ -81,7 +80,7 @@ def score_missing(
                         progress(len(results), len(item_ids))
             items_per_s = len(todo) / (time.perf_counter() - started)
             log.info("%s %s: %d items at %.2f items/s", checkpoint, task, len(todo), items_per_s)
-    return summarize(list(results.values()), checkpoint, task, items_path, profile_key, items_per_s)
+    return summarize(list(results.values()), checkpoint, task, items_path, job.profile_key, items_per_s)
 
 
 def results_as_done(

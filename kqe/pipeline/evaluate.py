@@ -15,6 +15,7 @@ from typing import Any
 from evals.capacity import bench, session
 from evals.reporting.outcome import CheckpointOutcome
 from evals.scoring import continuation, generate, perplexity
+from evals.scoring.job import ScoringJob
 from evals.serving import serve
 from evals.serving.doctor.diagnose import diagnose
 from evals.serving.memory import with_checkpoint_weights
@@ -204,9 +205,15 @@ def _score_task(
     matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer, task: str, out: Path
 ) -> ScoreRun:
     """Choice tasks by their choices' log-likelihoods; ko_rag's generated answers by generate.py."""
-    where = (Path(ckpt.path), server.endpoint, out, ckpt.name)
-    concurrency, progress = matrix.cfg.concurrency, partial(matrix.progress, f"score {ckpt.name} {task}")
-    key = matrix.score_profile(ckpt.name).key
+    job = ScoringJob(
+        tokenizer_dir=Path(ckpt.path),
+        endpoint=server.endpoint,
+        items_path=out,
+        checkpoint=ckpt.name,
+        profile_key=matrix.score_profile(ckpt.name).key,
+        concurrency=matrix.cfg.concurrency,
+        progress=partial(matrix.progress, f"score {ckpt.name} {task}"),
+    )
     if task == rag_task.TASK and matrix.rag is not None:
-        return generate.score_generation(matrix.rag.generation, *where, key, concurrency, progress)
-    return continuation.score_choices(matrix.prompts[task], *where, key, concurrency, progress)
+        return generate.score_generation(matrix.rag.generation, job)
+    return continuation.score_choices(matrix.prompts[task], job)
