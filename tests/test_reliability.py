@@ -84,7 +84,7 @@ def test_3_a_dead_server_is_restarted_then_a_kill_while_quantizing_keeps_no_chec
     [pidfile] = (chain.out / "logs").glob("bf16.*.pid")
     server = psutil.Process(int(pidfile.read_text()))
     server.kill()  # vLLM's API server, SIGKILL: its engine process is left for kqe to clean up
-    quantizing = lambda: any("quantize._" in line for line in chain.processes())  # noqa: E731
+    quantizing = lambda: any("quantize.llmcompressor_child" in line for line in chain.processes())  # noqa: E731
     run.wait_for("the w4a16-rtn quantization child", quantizing)
     run.kill_group()
 
