@@ -46,6 +46,21 @@ class ItemResult(Record):
     closed_book: bool | None = None
     """ko_rag open-book items: whether this checkpoint answered the same question exactly without
     documents (its closed-book item); None where that condition was not scored."""
+    filtered: str | None = None
+    """Generative lm-eval items: the answer after the task's first filter pipeline (lm-eval's
+    `filtered_resps`), the text its headline metric scored."""
+    metrics: dict[str, float] = Field(default_factory=dict)
+    """Generative lm-eval items: every metric value of every filter pipeline, keyed `metric,filter` as
+    lm-eval's results name them (`exact_match,extract_answer`)."""
+    generated_ids: list[int] | None = None
+    """Generative items: the token ids the server generated (their count is the output length; the
+    first position where two checkpoints' ids differ is where their outputs part)."""
+    finish_reason: str | None = None
+    """Generative items: why generation stopped, as the server says (`stop`: a stop string or EOS;
+    `length`: the task's max_gen_toks)."""
+    code_switch: bool | None = None
+    """Outputs of Korean tasks: whether the output holds a run of Latin letters, Han characters or Kana
+    that its prompt does not contain; None for English tasks and choice items."""
 
 
 class Comparison(Record):
