@@ -3,6 +3,7 @@ model, real GPU table and serve profiles), and one-line errors through the click
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -136,7 +137,11 @@ def test_measured_memory_is_used_only_for_the_gpu_it_was_measured_on() -> None:
     cpu_run = run.model_copy(update={"memory": {"awq-w4a16": memory.model_copy(update={"device": "cpu"})}})
     assert not measured_applies(cpu_run, gpu_named("rtx4090"), profile, 1)
     result = choose(board(), target(measured=True), "kmmlu", max_loss=1.0, min_concurrency=1)
-    assert all(c.memory and c.memory.source.startswith("measured") for c in result.candidates)
+    assert all(c.memory and c.memory.source == "vllm-log" for c in result.candidates)
+    assert "memory (measured (vLLM log, profile rtx4090-16k))" in result.lines[2]
+    measured = result.candidates[0].memory
+    assert measured is not None and (measured.weights_gib, measured.max_concurrency) == (1.0, 2.0)
+    assert measured.max_model_len == profile.max_model_len and measured.profile == "rtx4090-16k"
 
 
 def test_profile_for_gpu_is_the_default_profiles_toml_names() -> None:
@@ -239,6 +244,13 @@ def test_choose_json_is_one_object(board_csv: Path) -> None:
     result = CliRunner().invoke(choose_command, args)
     assert result.exit_code == 0, result.output
     assert '"checkpoint": "awq-w4a16"' in result.stdout.split('"runner_up"')[0]
+    # each candidate's memory is the run's memory record: it reads back as one, planned here
+    choice = json.loads(result.stdout)
+    memory = {c["checkpoint"]: MemoryReport.model_validate(c["memory"]) for c in choice["candidates"]}
+    assert memory["awq-w4a16"].source == "planner" and memory["awq-w4a16"].profile == "rtx4090-16k"
+    assert memory["awq-w4a16"].max_model_len == choice["max_model_len"] and memory["awq-w4a16"].fits
+    assert not memory["bf16"].fits and memory["bf16"].max_concurrency == 0.0
+    assert "pattern A" in memory["bf16"].summary
 
 
 def test_unknown_gpu_is_one_line(board_csv: Path) -> None:

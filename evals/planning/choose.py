@@ -7,7 +7,8 @@
   checkpoint up; the base's Δ is 0 by definition, so it wins whenever it fits and meets the concurrency.
 - Memory: measured (the leaderboard's vLLM numbers) only when the run served on a GPU under the same
   profile, one written for this GPU (its `gpu` in profiles.toml), with the same GPU count
-  (`measured_applies`); the planner otherwise. The output says which.
+  (`measured_applies`); the planner otherwise. Each candidate's memory is a `MemoryReport` whose
+  `source` (`vllm-log` or `planner`) and `profile` say which.
 - Rank: qualifies, fits, meets the concurrency, within budget, quality (CI lower bound), max
   concurrency, smaller weights; the runner-up is second in that order.
 """
@@ -26,7 +27,7 @@ from evals.planning.scored_row import ScoredRow
 from evals.planning.vllm_memory import Gpu, PlanRequest, load_gpus
 from evals.tasks.registry import COLUMN_LABELS, COLUMN_PREFIXES
 from kqe.core.errors import UserError
-from kqe.core.records import ModelSpec, Record, ServeProfile
+from kqe.core.records import MemoryReport, ModelSpec, Record, ServeProfile
 from kqe.core.results import RunSummary
 from kqe.core.schemes import BASE_SCHEME
 
@@ -59,21 +60,6 @@ class Deployment:
     """The leaderboard's memory columns were measured on this GPU class under this profile."""
 
 
-class Memory(Record):
-    """One checkpoint's memory on the target."""
-
-    source: str
-    """`measured (vLLM log, profile …)` or `planner, profile …`."""
-    weights_gib: float | None
-    kv_cache_gib: float | None
-    kv_cache_tokens: int | None
-    max_concurrency: float
-    """Requests of the profile's max_model_len the KV cache holds at once (0 when it does not fit)."""
-    fits: bool
-    summary: str
-    """The planner's one-line verdict, or what vLLM logged."""
-
-
 class Candidate(Record):
     """One leaderboard row judged against the budget and the target."""
 
@@ -89,7 +75,9 @@ class Candidate(Record):
     verdict: str | None
     other_task: str
     """Label and Δ with CI on the other task, for context."""
-    memory: Memory | None
+    memory: MemoryReport | None
+    """Its memory on the target under the profile: measured or planned (`source`); None when the
+    planner refuses the target."""
     quality_ok: bool
     memory_ok: bool
     reasons: list[str]
@@ -153,21 +141,23 @@ def _plan(deployment: Deployment, scheme: str, gpu: Gpu | None = None, count: in
     return plan(request.model_copy(update={"tensor_parallel_size": count or target.count}))
 
 
-def _memory(row: ScoredRow, deployment: Deployment) -> Memory:
-    target = deployment.target
+def _memory(row: ScoredRow, deployment: Deployment) -> MemoryReport:
+    """The row's measured memory when the run measured this target, else the planner's."""
+    profile = deployment.target.profile
     if deployment.measured and row.max_concurrency is not None:
-        return Memory(
-            source=f"measured (vLLM log, profile {target.profile.name})", weights_gib=row.weights_gib,
-            kv_cache_gib=row.kv_cache_gib, kv_cache_tokens=row.kv_cache_tokens,
-            max_concurrency=row.max_concurrency, fits=True, summary="served by vLLM in the run",
+        return MemoryReport(
+            source="vllm-log", device="gpu", weights_gib=row.weights_gib, kv_cache_gib=row.kv_cache_gib,
+            kv_cache_tokens=row.kv_cache_tokens, max_concurrency=row.max_concurrency,
+            max_model_len=profile.max_model_len, summary="served by vLLM in the run", profile=profile.name,
         )  # fmt: skip
-    result = _plan(deployment, row.scheme)
-    return Memory(
-        source=f"planner, profile {target.profile.name}; the run did not measure this GPU",
-        weights_gib=result.weights_gib, kv_cache_gib=result.kv_cache_gib,
-        kv_cache_tokens=result.kv_cache_tokens, max_concurrency=result.max_concurrency, fits=result.fits,
-        summary=result.summary,
-    )  # fmt: skip
+    return _plan(deployment, row.scheme).memory_report(profile.name)
+
+
+def _concurrency(memory: MemoryReport | None) -> float:
+    """Requests of max_model_len the memory holds at once; 0 when unknown or when it does not fit."""
+    if memory is None or memory.max_concurrency is None:
+        return 0.0
+    return memory.max_concurrency
 
 
 def _judged_scores(row: ScoredRow, prefix: str) -> dict:
@@ -212,18 +202,18 @@ def judge(
             f"{prefix.upper()} Δ CI reaches {points(scores['ci_low'])} points, past the -{max_loss:g} budget"
         )
     quality_ok = not reasons
-    memory: Memory | None = None
+    memory: MemoryReport | None = None
     try:
         memory = _memory(row, deployment)
     except UserError as exc:
         reasons.append(f"planner: {exc}")
     if memory is not None and not memory.fits:
         reasons.append(memory.summary)
-    elif memory is not None and memory.max_concurrency < min_concurrency:
+    elif memory is not None and _concurrency(memory) < min_concurrency:
         reasons.append(
-            f"{memory.max_concurrency:.1f} concurrent requests < --min-concurrency {min_concurrency:g}"
+            f"{_concurrency(memory):.1f} concurrent requests < --min-concurrency {min_concurrency:g}"
         )
-    memory_ok = memory is not None and memory.fits and memory.max_concurrency >= min_concurrency
+    memory_ok = memory is not None and memory.fits and _concurrency(memory) >= min_concurrency
     return Candidate(
         checkpoint=row.checkpoint, scheme=row.scheme, calibration=row.calibration, status=row.status,
         other_task=_other_tasks(row, prefix),
@@ -232,7 +222,7 @@ def judge(
 
 
 def _rank_key(c: Candidate) -> tuple:
-    concurrency = c.memory.max_concurrency if c.memory else 0.0
+    concurrency = _concurrency(c.memory)
     weights = c.memory.weights_gib if c.memory and c.memory.weights_gib is not None else math.inf
     ci_low = c.ci_low if c.ci_low is not None else -math.inf
     fits = c.memory is not None and c.memory.fits
@@ -278,11 +268,18 @@ def _target_label(choice: Choice) -> str:
     return f"{choice.gpu} ({choice.gpu_gib:g} GiB) × {choice.count}, {choice.max_model_len:,}-token requests"
 
 
-def _memory_text(memory: Memory) -> str:
+def _memory_text(memory: MemoryReport) -> str:
     weights = "?" if memory.weights_gib is None else f"{memory.weights_gib:.2f}"
     kv = "" if memory.kv_cache_gib is None else f", KV cache {memory.kv_cache_gib:.2f} GiB"
     tokens = "" if memory.kv_cache_tokens is None else f" = {memory.kv_cache_tokens:,} tokens"
-    return f"weights {weights} GiB{kv}{tokens}, {memory.max_concurrency:.1f} concurrent requests"
+    return f"weights {weights} GiB{kv}{tokens}, {_concurrency(memory):.1f} concurrent requests"
+
+
+def _source_text(memory: MemoryReport) -> str:
+    """Where the memory comes from, for people: measured under the profile, or planned for the target."""
+    if memory.source == "vllm-log":
+        return f"measured (vLLM log, profile {memory.profile})"
+    return f"planner, profile {memory.profile}; the run did not measure this GPU"
 
 
 def explain(
@@ -307,7 +304,7 @@ def explain(
             f"quality: {_describe_delta(label, chosen.delta, chosen.ci_low, chosen.ci_high)} vs "
             f"{BASE_SCHEME}, {chosen.verdict}; {chosen.other_task}"
         )
-    buys = f"memory ({memory.source}): {_memory_text(memory)}"
+    buys = f"memory ({_source_text(memory)}): {_memory_text(memory)}"
     if base is not None and base is not chosen and base.memory is not None:
         buys += f"; {BASE_SCHEME}: " + (
             _memory_text(base.memory) if base.memory.fits else base.memory.summary
@@ -371,7 +368,7 @@ def what_would_qualify(
                 break
     short = [c for c in in_budget if c.memory and c.memory.fits and not c.memory_ok]
     if short and (best := short[0]).memory:
-        lines.append(f"--min-concurrency {math.floor(best.memory.max_concurrency)}: admits {best.checkpoint}")
+        lines.append(f"--min-concurrency {math.floor(_concurrency(best.memory))}: admits {best.checkpoint}")
     lines += _looser_budget([c for c in scored if c.memory_ok and not c.quality_ok], max_loss)
     return lines or ["nothing on this leaderboard fits a named GPU, up to 8 of them: score other checkpoints"]
 

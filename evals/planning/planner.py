@@ -33,9 +33,6 @@ from kqe.core.errors import UserError
 from kqe.core.records import EngineSettings, MemoryReport, Record
 from kqe.core.schemes import scheme_info
 
-_MEMORY_FIELDS = ("weights_gib", "kv_cache_gib", "kv_cache_tokens", "max_concurrency", "max_model_len")
-"""What a plan and a `MemoryReport` from vLLM's log both state, under the same names."""
-
 
 class Plan(Record):
     """What `kqe plan` predicts for one checkpoint on one GPU type (per GPU under tensor parallel)."""
@@ -79,11 +76,16 @@ class Plan(Record):
     valid_tensor_parallel_sizes: list[int]
     """Tensor parallel sizes vLLM accepts for this model and scheme."""
 
-    def memory_report(self) -> MemoryReport:
-        """The plan as a memory record, comparable with what vLLM logged."""
-        shared = self.model_dump(include=set(_MEMORY_FIELDS))
-        return MemoryReport(source="planner", device=self.engine, **shared)
+    def memory_report(self, profile: str | None = None) -> MemoryReport:
+        """The plan as a memory record, comparable with what vLLM logged; `profile` names the serve
+        profile it was planned under, where the record leaves its run."""
+        shared = self.model_dump(include=_MEMORY_FIELDS)
+        return MemoryReport(source="planner", device=self.engine, profile=profile, **shared)
 
+
+_MEMORY_FIELDS = set(Plan.model_fields) & set(MemoryReport.model_fields)
+"""What a plan and a `MemoryReport` both state, under the same names: weights, KV cache, tokens,
+concurrency, max_model_len, whether it fits and the one-line summary."""
 
 _PLANNED_SETTINGS = set(Plan.model_fields) & set(EngineSettings.model_fields)
 """The engine settings a plan records of its request (a plan's format predates `EngineSettings`: it

@@ -279,7 +279,9 @@ class ServeProfile(EngineSettings):
 
 
 class MemoryReport(Record):
-    """What vLLM reserved for one checkpoint, read from its startup log (or planned)."""
+    """One checkpoint's memory under one serve profile: what vLLM reserved, read from its startup log,
+    or what the planner predicts (`Plan.memory_report`). A run's files, the leaderboard's memory
+    columns and `kqe choose` all state memory as this record."""
 
     version: int = SCHEMA_VERSION
     """Format version of this record."""
@@ -297,5 +299,14 @@ class MemoryReport(Record):
     """Requests of `max_model_len` tokens the KV cache holds at once."""
     max_model_len: int | None
     """The max-model-len the concurrency refers to."""
+    fits: bool = True
+    """vLLM starts and serves one request of `max_model_len`: the planner's verdict (`Plan.fits`; when
+    False the concurrency is 0); a log of a server that started fits by definition."""
+    summary: str = ""
+    """One line on these numbers: the planner's verdict with its OOM pattern (`Plan.summary`), or what
+    the log stands for; empty in a run's files, where `source` and `log_lines` say it."""
+    profile: str | None = None
+    """Name of the serve profile the numbers are for (`rtx4090-16k`) where the record leaves its run
+    (`kqe choose`); None in a run's files, whose profile is the run's."""
     log_lines: list[str] = Field(default_factory=list)
     """The log lines the numbers were parsed from (evidence)."""
