@@ -1,7 +1,8 @@
 """The build child process: a lock per build key, the child run to completion with its layer
 progress read from its own log, and what its exit status says.
 
-The child gets SIGKILL when its parent dies (`setpriv --pdeathsig`), so it cannot go on writing.
+The child leads its own process group and gets SIGKILL when its parent dies (`kqe.core.processes`),
+so it cannot go on writing.
 """
 
 from __future__ import annotations
@@ -11,17 +12,15 @@ import fcntl
 import logging
 import os
 import re
-import resource
 import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from kqe.core.io import open_writable
-from kqe.core.processes import with_parent_death_signal
+from kqe.core.processes import signal_group, start_in_group, wait_with_usage
 from quantize.llmcompressor_child import OneshotJob
 
 log = logging.getLogger(__name__)
@@ -53,42 +52,32 @@ def run_child(
     module: str, job: OneshotJob, log_path: Path, progress: Callable[[int, int], None] | None = None
 ) -> tuple[int, int]:
     """Run the build child to completion, reporting the layer groups it has done from its own log;
-    return its wait status and its own peak RSS in bytes."""
+    return its exit code and its own peak RSS in bytes."""
     command = [sys.executable, "-m", module, job.model_dump_json()]
     # the parent-death signal follows the thread that forks: only the main thread lives long enough
-    if threading.current_thread() is threading.main_thread():
-        command = with_parent_death_signal(command, signal.SIGKILL)
+    parent_death = signal.SIGKILL if threading.current_thread() is threading.main_thread() else None
     with open_writable(log_path) as log_file:
         # a progress frame every 5 s at most: enough to follow layers, not enough to bloat the log
         env = {**os.environ, "TQDM_MININTERVAL": "5", "TOKENIZERS_PARALLELISM": "false"}
         env.pop("TQDM_DISABLE", None)
-        child = subprocess.Popen(
-            command, cwd=_REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+        child = start_in_group(
+            command, parent_death, cwd=_REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT
         )
-        try:
-            status, usage = _wait_reporting(child.pid, log_path, progress)
+        try:  # reaped by wait4, so its returncode is set here: Popen must not wait for it again
+            child.returncode, usage = wait_with_usage(child.pid, lambda: _report_layers(log_path, progress))
         except BaseException:
-            os.killpg(child.pid, signal.SIGKILL)
+            signal_group(child.pid, signal.SIGKILL)
             child.wait()
             raise
-        child.returncode = os.waitstatus_to_exitcode(status)
     return child.returncode, usage.ru_maxrss * 1024
 
 
-def _wait_reporting(
-    pid: int, log_path: Path, progress: Callable[[int, int], None] | None
-) -> tuple[int, resource.struct_rusage]:
-    """wait4 (this child's own rusage; RUSAGE_CHILDREN would mix in every earlier child), polling
-    once a second so that the layer groups done can be read from the log meanwhile."""
-    while True:
-        done, status, usage = os.wait4(pid, os.WNOHANG)
-        if done:
-            return status, usage
-        if progress is not None:
-            found = layer_progress(log_path)
-            if found is not None:
-                progress(*found)
-        time.sleep(1.0)
+def _report_layers(log_path: Path, progress: Callable[[int, int], None] | None) -> None:
+    """Tell `progress` the layer groups done so far, read from the build log, once there are any."""
+    if progress is not None:
+        found = layer_progress(log_path)
+        if found is not None:
+            progress(*found)
 
 
 def layer_progress(log_path: Path) -> tuple[int, int] | None:

@@ -18,9 +18,9 @@ import pytest
 
 from evals.serving.cpu import CpuKernels
 from evals.serving.hardware import Device, for_device
-from evals.serving.processes import group_members, kill_stale_server
 from evals.serving.serve import (
     SERVER_GUARD,
+    STOP_GRACE_S,
     ServeError,
     VllmServer,
     load_profile,
@@ -29,8 +29,10 @@ from evals.serving.serve import (
 )
 from evals.serving.serve_command import engine_env, server_environment, vllm_command
 from evals.serving.server_guard import GRACE_S
+from evals.serving.stale_server import kill_stale_server
 from evals.serving.vllm_log import telling_line
 from kqe.core.errors import UserError
+from kqe.core.processes import group_members
 from kqe.core.records import content_hash
 from kqe.core.workspace import Workspace
 from tests.helpers.repo import REPO
@@ -236,11 +238,11 @@ def test_kill_stale_server_kills_a_vllm_group_but_never_another_process(tmp_path
     try:
         pidfile = tmp_path / "serve.pid"
         pidfile.write_text(f"{other.pid}\n", encoding="utf-8")
-        assert kill_stale_server(pidfile) is False
+        assert kill_stale_server(pidfile, STOP_GRACE_S) is False
         assert other.poll() is None and not pidfile.exists()
 
         pidfile.write_text(f"{stale.pid}\n", encoding="utf-8")
-        assert kill_stale_server(pidfile) is True
+        assert kill_stale_server(pidfile, STOP_GRACE_S) is True
         assert stale.wait(timeout=10) == -signal.SIGTERM
         assert group_members(stale.pid) == [] and not pidfile.exists()
     finally:
@@ -395,7 +397,7 @@ def test_a_killed_parent_leaves_no_server(
         parent.wait()
     pidfile = log_path.with_suffix(".pid")
     assert pidfile.exists() == (parent_signal == signal.SIGKILL)
-    assert kill_stale_server(pidfile) is False and not pidfile.exists()
+    assert kill_stale_server(pidfile, STOP_GRACE_S) is False and not pidfile.exists()
 
 
 def test_gpu_command_carries_tp_kv_dtype_and_fixed_kv_pool() -> None:

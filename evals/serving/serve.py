@@ -18,7 +18,6 @@ Python code only when `trust_remote_code` is set.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import logging
 import os
 import secrets
@@ -38,20 +37,13 @@ from pydantic import ValidationError
 from evals.serving import hardware
 from evals.serving.endpoint import Endpoint
 from evals.serving.memory import parse_memory
-from evals.serving.processes import (
-    HOST,
-    STOP_GRACE_S,
-    forced_port,
-    free_port,
-    kill_group,
-    kill_stale_server,
-    wait_group_gone,
-)
+from evals.serving.ports import HOST, forced_port, free_port
 from evals.serving.serve_command import server_environment, vllm_command
+from evals.serving.stale_server import kill_stale_server
 from evals.serving.vllm_log import telling_line
 from kqe.core.errors import UserError
 from kqe.core.io import open_writable, owned_folder, refuse_link, write_atomic
-from kqe.core.processes import with_parent_death_signal
+from kqe.core.processes import start_in_group, stop_group, with_parent_death_signal
 from kqe.core.records import Engine, MemoryReport, ServeProfile
 from kqe.core.workspace import Workspace
 
@@ -62,6 +54,9 @@ SERVER_GUARD = Path(__file__).with_name("server_guard.py")
 _POLL_S = 0.5
 RESTARTS = 2
 """Times a server that died while in use is started again before its checkpoint is marked failed."""
+STOP_GRACE_S = 20.0
+"""How long a server gets to shut down after SIGTERM before what is left of it gets SIGKILL
+(server_guard.GRACE_S gives vLLM as long)."""
 
 
 class ServeError(UserError):
@@ -248,7 +243,7 @@ class VllmServer:
             raise ServeError(f"checkpoint {self.served_name}: {self.model_dir} has no config.json")
         owned_folder(self.log_path.parent)
         refuse_link(self.log_path), refuse_link(self.pidfile)  # before a stale pid is read or a log written
-        kill_stale_server(self.pidfile)
+        kill_stale_server(self.pidfile, STOP_GRACE_S)
         self.on_gpu = hardware.local_device(self.ws.serve_venv).engine == "gpu"
         port_asked = forced_port()
         for attempt in (1, 2):
@@ -279,17 +274,15 @@ class VllmServer:
         process = self._process
         if process is None:
             return
-        pgid = process.pid  # the leader of its own session: its pid is the group id
-        deadline = time.monotonic() + STOP_GRACE_S
-        process.send_signal(signal.SIGTERM)  # vLLM's API server then shuts its engine down cleanly
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=STOP_GRACE_S)
-        kill_group(pgid, signal.SIGTERM)  # whatever the API server left behind
-        if not wait_group_gone(pgid, max(1.0, deadline - time.monotonic())):
-            log.warning("vLLM server of %s outlived SIGTERM: killing it", self.served_name)
-            kill_group(pgid, signal.SIGKILL)
-            process.wait()
-            wait_group_gone(pgid, 5)
+        # the guard leads its own session (its pid is the group id); SIGTERM to it first lets vLLM's API
+        # server shut its engine down cleanly
+        stubborn = "vLLM server of %s outlived SIGTERM: killing it"
+        stop_group(
+            process.pid,
+            STOP_GRACE_S,
+            leader=process,
+            on_stubborn=lambda: log.warning(stubborn, self.served_name),
+        )
         self.pidfile.unlink(missing_ok=True)
         self._process = None
         _live_servers.discard(self)
@@ -307,16 +300,15 @@ class VllmServer:
         # -I -S: the server's environment (a sitecustomize that imports torch) is vLLM's, not the guard's
         inner = with_parent_death_signal(command, signal.SIGTERM)
         guard = [sys.executable, "-I", "-S", str(SERVER_GUARD), *inner]
-        command = with_parent_death_signal(guard, signal.SIGTERM)
         env = server_environment(os.environ, self.profile, self.ws, self.on_gpu, self.api_key)
         with open_writable(self.log_path, append=append_log) as log_file:
-            self._process = subprocess.Popen(
-                command,
+            self._process = start_in_group(
+                guard,
+                signal.SIGTERM,
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 env=env,
-                start_new_session=True,
             )
         self.pid = self._process.pid
         _live_servers.add(self)

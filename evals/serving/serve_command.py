@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from evals.serving import cpu
-from evals.serving.processes import HOST
+from evals.serving.ports import HOST
 from kqe.core.records import ServeProfile
 from kqe.core.workspace import Workspace
 

@@ -15,7 +15,7 @@ from evals.planning.placement import PlacementPlan, check_profile, place, target
 from evals.planning.vllm_memory import gpu_named
 from evals.serving import hardware, serve
 from evals.serving.hardware import Device
-from evals.serving.processes import forced_port
+from evals.serving.ports import forced_port
 from evals.statistics import resolution
 from evals.tasks import item_sets, lm_eval_bridge, prompts
 from evals.tasks.ko_rag import task as rag_task

@@ -5,7 +5,8 @@ The tasks write per-item files and stage records into the workspace exactly as t
 the same path on every node, on storage they all see; a probe file checks that on each node before any
 work. The driver alone writes the leaderboard, run.json and report, after every task has returned.
 A task whose worker or node dies runs again (`RETRIES`) and resumes from its per-item files; Ctrl-C
-cancels every task, whose vLLM servers then get their parent-death signal.
+cancels every task, whose vLLM servers then get their parent-death signal: this executor stops no process
+itself, the worker's children each lead their own group under one (`kqe.core.processes`).
 """
 
 from __future__ import annotations
