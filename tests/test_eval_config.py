@@ -1,6 +1,6 @@
-"""`EvalConfig` is the one record of a run's configuration: `kqe eval` has an option per field, each comma
-list is parsed once by its field, `command()` parses back to the same config through the real CLI,
-and every committed run.json reads it typed."""
+"""`EvalConfig` is the one record of a run's configuration: `kqe eval` has an option per field, whose help
+is the field's docstring, each comma list is parsed once by its field, `command()` parses back to the
+same config through the real CLI, and every committed run.json reads it typed."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import click
 import pytest
 
 from kqe.commands.eval import CLI_ONLY, eval_command, eval_config
+from kqe.core import defaults
 from kqe.core.errors import UserError
-from kqe.core.eval_config import EvalConfig, option_name
+from kqe.core.eval_config import EvalConfig, option_help, option_name
 from kqe.core.records import ItemChoice
 from kqe.core.results import RunSummary
 
@@ -66,6 +67,30 @@ def test_every_option_of_kqe_eval_sets_a_field_and_every_field_has_its_option() 
         assert option_name(_field_of(name)) in option.opts, f"command() spells --{name} as kqe eval does"
         assert option.help, f"--{name} has help"
     assert set(CLI_ONLY) <= set(_options()), "CLI_ONLY names options kqe eval has"
+
+
+def test_every_option_of_kqe_eval_says_its_fields_docstring() -> None:
+    for name, option in _options().items():
+        if name not in CLI_ONLY:
+            assert option.help == option_help(_field_of(name)), f"--{name}'s help is its field's docstring"
+    helps = [option.help for name, option in _options().items() if name not in CLI_ONLY]
+    assert len(set(helps)) == len(helps), "no two options share a help"
+
+
+def test_an_options_help_is_its_docstring_on_one_line_without_code_marks() -> None:
+    docstring = EvalConfig.model_fields["calibrations"].description
+    assert docstring is not None and "\n" in docstring and "`ko70`" in docstring
+    shown = option_help("calibrations")
+    assert shown.startswith("Calibration mixes, comma-separated: ko100, ko70, en100, or shares such as")
+    assert "\n" not in shown and "`" not in shown and "  " not in shown
+    assert shown.split() == docstring.replace("`", "").split(), "every word of the docstring is kept"
+
+
+def test_the_defaults_kqe_eval_decides_are_in_its_help() -> None:
+    text = eval_command.get_help(click.Context(eval_command))
+    limit = f"every item online, {defaults.LIMIT} offline"
+    for said in (limit, "online for a hub model or KQE_ONLINE=1", "on with a GPU, off on CPU"):
+        assert said in " ".join(text.split()), f"kqe eval --help says its default: {said}"
 
 
 def test_every_field_has_a_changed_value_here() -> None:

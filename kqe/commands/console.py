@@ -14,6 +14,7 @@ from rich.progress import Progress, ProgressColumn, Task
 from rich.text import Text
 
 from kqe.core.errors import UserError
+from kqe.core.eval_config import option_help
 from kqe.core.io import write_atomic
 from kqe.core.text import printable
 from kqe.core.workspace import Workspace
@@ -46,11 +47,13 @@ class Number(click.ParamType):
         return number
 
 
-ONLINE_HELP = (
-    "Score KMMLU and MMLU's full test splits from the hub, or the offline sets (KMMLU-HARD dev, an MMLU "
-    "sample). Default: online for a hub model or KQE_ONLINE=1; offline for the embedded model, a model "
-    "folder or KQE_OFFLINE=1 (which wins over both)."
+ONLINE_DEFAULT = (
+    "online for a hub model or KQE_ONLINE=1; offline for the embedded model, a model folder or "
+    "KQE_OFFLINE=1, which wins over both"
 )
+"""What `item_choice` picks when neither --online nor --offline is given."""
+ONLINE_HELP = f"{option_help('items')} Default: {ONLINE_DEFAULT}."
+"""The help of --online/--offline where they pick the items as `kqe eval` does (`kqe calibrate`)."""
 
 
 def item_choice(asked: bool | None, model: str) -> ItemChoice:

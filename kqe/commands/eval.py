@@ -16,7 +16,7 @@ from rich.progress import (
 )
 
 from kqe.commands.console import (
-    ONLINE_HELP,
+    ONLINE_DEFAULT,
     Number,
     ProgressDisplay,
     RateColumn,
@@ -27,7 +27,7 @@ from kqe.commands.console import (
 )
 from kqe.core import defaults
 from kqe.core.errors import UserError
-from kqe.core.eval_config import EvalConfig
+from kqe.core.eval_config import EvalConfig, option_help
 from kqe.core.text import json_text, printable
 from kqe.core.workspace import Workspace
 
@@ -37,143 +37,135 @@ from kqe.core.workspace import Workspace
     "--model",
     default=defaults.MODEL,
     show_default=True,
-    help="Registry name (`kqe models`), hf:org/name[@rev], or a local model directory.",
+    help=option_help("model"),
 )
 @click.option(
     "--schemes",
     default=",".join(defaults.SCHEMES),
     show_default=True,
-    help="Comma-separated checkpoints to build and score; bf16 is the base.",
+    help=option_help("schemes"),
 )
 @click.option(
     "--calibration",
     "calibrations",
     default=",".join(defaults.CALIBRATIONS),
     show_default=True,
-    help="Calibration mixes, comma-separated: ko100, ko70, en100 or e.g. ko=0.6,en=0.4. Schemes that "
-    "need calibration are built once per mix; the least Korean mix is the control.",
+    help=option_help("calibrations"),
 )
 @click.option(
     "--calib-samples",
     default=defaults.CALIB_SAMPLES,
     show_default=True,
     type=click.IntRange(min=1),
-    help="Calibration samples.",
+    help=option_help("calib_samples"),
 )
 @click.option(
     "--calib-seq-len",
     default=defaults.CALIB_SEQ_LEN,
     show_default=True,
     type=click.IntRange(min=1),
-    help="Tokens per calibration sample.",
+    help=option_help("calib_seq_len"),
 )
 @click.option(
     "--tasks",
     default=",".join(defaults.TASKS),
     show_default=True,
-    help="Comma-separated tasks: kmmlu (offline: the KMMLU-HARD dev items), kmmlu_5shot, kmmlu_hard, mmlu, "
-    "mmlu_5shot, ko_faq, ko_rag, or any lm-eval multiple-choice task as lm-eval:<task> (kqe tasks).",
+    help=option_help("tasks"),
 )
 @click.option(
     "--limit",
     default=None,
     type=int,
-    help=f"Items per task at most, subject-stratified; 0 scores every item. Default: every item online, "
-    f"{defaults.LIMIT} offline.",
+    show_default=f"every item online, {defaults.LIMIT} offline",
+    help=option_help("limit"),
 )
 @click.option(
     "--online/--offline",
     default=None,
-    help=ONLINE_HELP,
+    show_default=ONLINE_DEFAULT,
+    help=option_help("items"),
 )
 @click.option(
     "--profile",
     default=None,
-    help="Serve profile: every checkpoint is scored under it, or, with --target-gpu, deployed with it. "
-    "Default: cpu-small; with --target-gpu that GPU's default profile (rtx4090 → rtx4090-16k).",
+    show_default=f"{defaults.CPU_PROFILE}; with --target-gpu that GPU's default profile, e.g. "
+    "rtx4090-16k for rtx4090",
+    help=option_help("profile"),
 )
 @click.option(
     "--target-gpu",
     default="",
-    help="GPU the checkpoints will be deployed on (kqe plan --help lists them; aliases such as 4090, "
-    "h100, a100): memory is planned or measured for it, items are scored wherever each checkpoint fits.",
+    help=option_help("target_gpu"),
 )
 @click.option(
     "--gpu-gib",
     default=None,
     type=Number(0, above=True),
-    help="The target as GiB per GPU instead of a named GPU.",
+    help=option_help("gpu_gib"),
 )
 @click.option(
     "--score-profile",
     default="",
-    help="Profile items are scored under when the target is not this machine: every checkpoint on a "
-    "machine without a GPU (default cpu-small), the last fallback with GPUs.",
+    help=option_help("score_profile"),
 )
 @click.option("--dry-run", is_flag=True, help="Print the plan (fit, memory, placement, time); build nothing.")
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: the plan as one JSON object.")
-@click.option(
-    "--seed", default=defaults.SEED, show_default=True, help="Seed of calibration and item sampling."
-)
+@click.option("--seed", default=defaults.SEED, show_default=True, help=option_help("seed"))
 @click.option(
     "--concurrency",
     default=defaults.CONCURRENCY,
     show_default=True,
     type=click.IntRange(min=1),
-    help="Scoring requests in flight (each of up to 8 items).",
+    help=option_help("concurrency"),
 )
 @click.option(
     "--load/--no-load",
     default=None,
-    help="Also measure serving capacity of each checkpoint with vllm bench serve at concurrency 1, half of "
-    "max-num-seqs and max-num-seqs (kqe load). Default: on with a GPU, off on CPU (slow there).",
+    show_default="on with a GPU, off on CPU, where it is slow",
+    help=option_help("load"),
 )
 @click.option(
     "--load-duration-s",
     default=defaults.LOAD_DURATION_S,
     show_default=True,
     type=Number(0, above=True),
-    help="Seconds of load per concurrency level.",
+    help=option_help("load_duration_s"),
 )
 @click.option(
     "--include-path",
     default=None,
-    help="Folder of your own lm-eval task YAMLs: their tasks are scored as lm-eval:<task> "
-    "(kqe tasks --include-path DIR lists them).",
+    help=option_help("include_path"),
 )
 @click.option(
     "--rag-data",
     default=None,
-    help="Folder with docs.jsonl + questions.jsonl for the ko_rag task instead of its built-in set "
-    "(format: evals/tasks/ko_rag/README.md).",
+    help=option_help("rag_data"),
 )
 @click.option(
     "--rag-conditions",
     default=",".join(defaults.RAG_DEFAULT_CONDITIONS),
     show_default=True,
-    help="ko_rag conditions, comma-separated: retrieved (BM25's passages), oracle (the gold passages forced "
-    "in), depth (the oracle at depths 0, 1/4, 1/2, 3/4, end: 5x its cost), closed_book (no documents).",
+    help=option_help("rag_conditions"),
 )
 @click.option(
     "--rag-chat-template",
     is_flag=True,
-    help="Wrap each ko_rag prompt in the model's chat template as a user turn (instruct checkpoints).",
+    help=option_help("rag_chat_template"),
 )
 @click.option(
     "--recipes",
     default=None,
-    help="TOML file of named recipes (group size, symmetry, …); its table names can be listed in --schemes.",
+    help=option_help("recipes"),
 )
 @click.option(
     "--extra",
     default="",
-    help="Comma-separated pre-quantized checkpoints to score beside the built ones: model folders or "
-    "hf:org/name@rev.",
+    help=option_help("extra"),
 )
 @click.option(
     "--trust-remote-code",
     is_flag=True,
-    help="Let vLLM run Python code shipped with the model (config.json auto_map): only for models you trust.",
+    help=option_help("trust_remote_code"),
 )
 @click.option(
     "--executor",
@@ -194,8 +186,7 @@ from kqe.core.workspace import Workspace
     type=click.Choice(defaults.MULTIPLICITY),
     default=defaults.MULTIPLICITY[0],
     show_default=True,
-    help="Adjust the accuracy p-values (and verdicts) by Holm across each checkpoint's tasks, or by Holm "
-    "or Benjamini-Hochberg (bh) across every checkpoint x task of the run (recorded in run.json).",
+    help=option_help("multiplicity"),
 )
 @click.option(
     "--ppl-margin",
@@ -203,13 +194,12 @@ from kqe.core.workspace import Workspace
     default=defaults.PPL_MARGIN_PCT,
     show_default=True,
     type=Number(0, above=True),
-    help="Perplexity increase, percent, the perplexity verdicts take as acceptable.",
+    help=option_help("ppl_margin_pct"),
 )
 @click.option(
     "--run",
     default="",
-    help="Name this run: its leaderboard, report, cards and plots go to results/<model>/runs/<name>/ "
-    "(per-item files and finished stages are shared with the model's other runs).",
+    help=option_help("run"),
 )
 def eval_command(**options: Any) -> None:
     """Calibrate, quantize, serve each checkpoint under one profile, score, compare with bf16, rank."""

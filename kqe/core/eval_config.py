@@ -1,8 +1,9 @@
 """The configuration of one `kqe eval` run: `EvalConfig`, the comma lists its options are written in
 (each parsed once, by the field's validator), and the command line that reproduces it.
 
-`kqe eval` has one option per field, spelled `option_name(field)`; `tests/test_eval_config.py` checks
-the options against the fields and parses `command()` back through the real CLI for every field.
+`kqe eval` has one option per field, spelled `option_name(field)`, its help the field's docstring
+(`option_help(field)`); `tests/test_eval_config.py` checks the options and their help against the fields
+and parses `command()` back through the real CLI for every field.
 """
 
 from __future__ import annotations
@@ -75,69 +76,97 @@ def option_name(field: str) -> str:
     return OPTION_NAMES.get(field, "--" + field.replace("_", "-"))
 
 
+def option_help(field: str) -> str:
+    """The help of the `kqe eval` option that sets `field`: the field's docstring (pydantic reads it into
+    the field's description: `use_attribute_docstrings` of `Record`) on one line, without the backticks
+    that mark code for a reader of the source and are only noise on a terminal."""
+    description = EvalConfig.model_fields[field].description
+    if not description:
+        raise ValueError(f"EvalConfig.{field} has no docstring: its kqe eval option would have no help")
+    return " ".join(description.replace("`", "").split())
+
+
 class EvalConfig(Record):
-    """Everything that decides what `make eval` computes; its fields make up the reproduce command."""
+    """Everything that decides what `make eval` computes; its fields make up the reproduce command.
+
+    Each field's docstring is its `kqe eval` option's help (`option_help`), so it is written for the
+    person at the terminal: it names options, not fields. A default `kqe eval` decides from the model,
+    the target or the machine is said by the option's `show_default`, in `kqe/commands/eval.py`.
+    """
 
     model: str = defaults.MODEL
-    """Registry name, `hf:org/name[@rev]`, or a local model directory."""
+    """Registry name (`kqe models`), `hf:org/name[@rev]`, or a local model directory."""
     schemes: tuple[str, ...] = defaults.SCHEMES
-    """Checkpoints to build and score; `bf16` (the base) is always included."""
+    """Comma-separated checkpoints to build and score; `bf16` (the base) is always included."""
     calibrations: tuple[str, ...] = defaults.CALIBRATIONS
-    """Calibration mixes (`ko100`, `ko70`, `en100`, or `ko=0.6,en=0.4`): a scheme that needs one is
-    built once per mix; the mix with the least Korean is the control the others are paired with."""
+    """Calibration mixes, comma-separated: `ko100`, `ko70`, `en100`, or shares such as `ko=0.6,en=0.4`.
+    A scheme that needs calibration is built once per mix; the mix with the least Korean is the control
+    the others are paired with."""
     calib_samples: int = defaults.CALIB_SAMPLES
     """Calibration samples."""
     calib_seq_len: int = defaults.CALIB_SEQ_LEN
     """Tokens per calibration sample."""
     tasks: tuple[str, ...] = defaults.TASKS
-    """Tasks to score."""
-    items: ItemChoice = ItemChoice()
-    """Whether KMMLU and MMLU come from the hub's full test sets or the offline sets, and why
-    (`kqe eval` decides it from the model and the environment, `evals.tasks.item_sets`)."""
+    """Comma-separated tasks to score: kmmlu (offline: the KMMLU-HARD dev items), kmmlu_5shot,
+    kmmlu_hard, mmlu, mmlu_5shot, ko_faq, ko_rag, or any lm-eval multiple-choice task as
+    `lm-eval:<task>` (`kqe tasks` lists them)."""
+    items: ItemChoice = ItemChoice()  # decided by evals.tasks.item_sets.choose, which also says why
+    """Score KMMLU and MMLU's full test splits from the hub, or the offline sets (KMMLU-HARD dev, an
+    MMLU sample)."""
     limit: int | None = defaults.LIMIT
-    """Items per task at most (subject-stratified); None scores every item (`kqe eval`'s default online)."""
+    """Items per task at most, subject-stratified (seeded); 0 scores every item (null in run.json)."""
     profile: str = defaults.CPU_PROFILE
-    """Serve profile: the one every checkpoint is scored under, or, with a target GPU, the one it
-    will be deployed with (its memory columns are planned or measured under it)."""
+    """Serve profile (`evals/serving/profiles.toml`): every checkpoint is scored under it, or, with
+    `--target-gpu`, deployed with it (its memory columns are planned or measured under it)."""
     seed: int = defaults.SEED
     """Seed of calibration sampling and item sampling."""
     concurrency: int = defaults.CONCURRENCY
-    """Scoring requests in flight."""
-    target_gpu: str | None = None
-    """GPU the checkpoints will be deployed on (evals/planning/gpus.toml name or alias); each is
-    planned on it before anything is built, and scored where it fits (`evals/planning/placement.py`)."""
+    """Scoring requests in flight (each of up to 8 items)."""
+    target_gpu: str | None = None  # placed by evals/planning/placement.py
+    """GPU the checkpoints will be deployed on (`kqe plan --help` lists them; aliases such as 4090,
+    h100, a100): each is planned on it before anything is built, its memory is planned or measured
+    for it, and its items are scored wherever it fits."""
     gpu_gib: float | None = None
-    """The target as a memory size (GiB per GPU) instead of a named GPU."""
+    """The target as a memory size, GiB per GPU, instead of a named GPU."""
     score_profile: str | None = None
     """Profile items are scored under when the target is not this machine: every checkpoint on a
     machine without a GPU (default `cpu-small`), the last fallback on one with GPUs."""
     load: bool = False
-    """Also measure serving capacity (`vllm bench serve` at 1, half, all of max-num-seqs) per checkpoint."""
+    """Also measure each checkpoint's serving capacity with `vllm bench serve` at concurrency 1, half
+    of max-num-seqs and max-num-seqs (as `kqe load` does)."""
     load_duration_s: float = defaults.LOAD_DURATION_S
-    """Seconds of load per concurrency level when `load` is on."""
+    """Seconds of load per concurrency level, with `--load`."""
     rag_data: str | None = None
-    """Folder with docs.jsonl + questions.jsonl that ko_rag scores instead of its built-in set."""
-    rag_conditions: tuple[str, ...] = defaults.RAG_DEFAULT_CONDITIONS
-    """ko_rag conditions scored (`evals/tasks/ko_rag/sweep.py`): retrieved, oracle, depth, closed_book."""
+    """Folder with docs.jsonl + questions.jsonl that ko_rag scores instead of its built-in set (format:
+    `evals/tasks/ko_rag/README.md`)."""
+    rag_conditions: tuple[str, ...] = defaults.RAG_DEFAULT_CONDITIONS  # evals/tasks/ko_rag/sweep.py
+    """ko_rag conditions, comma-separated: retrieved (BM25's passages), oracle (the gold passages
+    forced in), depth (the oracle at depths 0, 1/4, 1/2, 3/4, end: 5x its cost), closed_book (no
+    documents)."""
     rag_chat_template: bool = False
     """Wrap each ko_rag prompt in the model's chat template as a user turn (instruct checkpoints)."""
     include_path: str | None = None
-    """Folder of a user's lm-eval task YAMLs, searched with lm-eval's own for `lm-eval:<task>` tasks."""
+    """Folder of your own lm-eval task YAMLs, searched with lm-eval's own: their tasks are scored as
+    `lm-eval:<task>` (`kqe tasks --include-path DIR` lists them)."""
     trust_remote_code: bool = False
-    """Let vLLM run Python code shipped with the model (`auto_map`); refused without it."""
-    recipes: str | None = None
-    """TOML file of named recipes (`quantize.recipes`): its tables can be listed in `schemes`."""
+    """Let vLLM run Python code shipped with the model (config.json `auto_map`; such a model is refused
+    without it): only for models you trust."""
+    recipes: str | None = None  # read by quantize.recipes
+    """TOML file of named recipes (group size, symmetry, …): its table names can be listed in
+    `--schemes`."""
     extra: tuple[str, ...] = ()
-    """Pre-quantized checkpoints scored beside the built ones: model folders or `hf:org/name[@rev]`."""
+    """Comma-separated pre-quantized checkpoints to score beside the built ones: model folders or
+    `hf:org/name@rev` (a hub checkpoint is pinned to a revision)."""
     multiplicity: str = defaults.MULTIPLICITY[0]
-    """How accuracy p-values are adjusted for many tests (`kqe.core.defaults.MULTIPLICITY`): Holm
-    across each checkpoint's tasks, or Holm / Benjamini–Hochberg across every checkpoint × task."""
+    """How the accuracy p-values (and verdicts) are adjusted for many tests: Holm across each
+    checkpoint's tasks, or Holm or Benjamini–Hochberg (bh) across every checkpoint × task of the run
+    (recorded in run.json)."""
     ppl_margin_pct: float = defaults.PPL_MARGIN_PCT
-    """Perplexity increase (percent) the perplexity verdicts take as acceptable."""
+    """Perplexity increase, in percent, the perplexity verdicts take as acceptable."""
     run: str | None = None
-    """Run name: the run's leaderboard, run.json, report, cards and plots go to
-    `results/<model>/runs/<run>/` instead of `results/<model>/`; per-item files and stage records
-    stay in `results/<model>/`, shared by every run of the model."""
+    """Name of this run: its leaderboard, run.json, report, cards and plots go to
+    `results/<model>/runs/<name>/` instead of `results/<model>/`; per-item files and finished stages
+    stay in `results/<model>/`, shared with the model's other runs."""
 
     @field_validator("schemes", mode="before")
     @classmethod
