@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 from bench.machine import Machine, this_machine
 from bench.measurements import MEASUREMENTS, Measurement, append, measured
 from bench.stats_bench import SPEED_RUNS, SPEED_SETUPS
+from bench.suite_table import Row
 from kqe.core.errors import UserError
 
-if TYPE_CHECKING:  # suite_bench imports this module
+if TYPE_CHECKING:  # doctor_bench imports this module
     from bench.doctor_bench import Run
-    from bench.suite_bench import Row
 
 PART_TOPICS = {
     "scoring": "bench", "matrix": "bench", "quantize": "bench", "executor": "bench", "stats": "bench",
@@ -143,10 +143,17 @@ def stats_measurements(part: str, row: Mapping[str, object], machine: Machine) -
             what, target = STATS_SUMMARY[key]
             values.append((what, value, "fraction", f"{note}; target {target}"))
     found = [
-        measured(machine, "statistics", f"{what} (`make bench`, bench/stats_bench.py)", [value], unit,
-                 note=text, source=source)
+        measured(
+            machine,
+            "statistics",
+            f"{what} (`make bench`, bench/stats_bench.py)",
+            [value],
+            unit,
+            note=text,
+            source=source,
+        )
         for what, value, unit, text in values
-    ]  # fmt: skip
+    ]
     return found + _speed(row, machine, source)
 
 

@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 
 from bench import bench_rows
-from bench.suite_bench import MODEL, Row, say, spread, table, write_csv
+from bench.suite_bench import MODEL, say
+from bench.suite_table import Row, spread, table, write_csv
 from evals.scoring.continuation import score_choices
 from evals.scoring.job import ScoringJob
 from evals.serving import cpu

@@ -35,9 +35,17 @@ MEASUREMENTS = Path("results/measurements.jsonl")
 """Where `make bench` appends (relative to the repository root, where make runs)."""
 PERFORMANCE_PAGE = Path("docs/performance.md")
 __all__ = [
-    "MEASUREMENTS", "TOPICS", "Machine", "Measurement", "append", "load", "measured", "merge", "render",
+    "MEASUREMENTS",
+    "TOPICS",
+    "Machine",
+    "Measurement",
+    "append",
+    "load",
+    "measured",
+    "merge",
+    "render",
     "this_machine",
-]  # fmt: skip
+]
 
 TOPICS: dict[str, str] = {
     "setup": "Setup",

@@ -129,16 +129,23 @@ def measure(
             bare_s = statistics.median(run[0] for run in bare_runs)
             rows.append(
                 {
-                    "when": datetime.now(UTC).isoformat(timespec="seconds"), "cpus": os.cpu_count(),
-                    "load_avg_1m": round(os.getloadavg()[0], 2), "model": model, "scheme": scheme,
-                    "calibration": calibration if data != "-" else "none", "runs": runs,
-                    "kqe_quantize_s": round(kqe_s, 1), "bare_oneshot_s": round(bare_s, 1),
-                    "ratio": round(kqe_s / bare_s, 3), "target_ratio": TARGET_RATIO,
-                    "kqe_child_s": record.wall_s, "kqe_peak_rss_gib": round(record.peak_rss_bytes / 2**30, 2),
+                    "when": datetime.now(UTC).isoformat(timespec="seconds"),
+                    "cpus": os.cpu_count(),
+                    "load_avg_1m": round(os.getloadavg()[0], 2),
+                    "model": model,
+                    "scheme": scheme,
+                    "calibration": calibration if data != "-" else "none",
+                    "runs": runs,
+                    "kqe_quantize_s": round(kqe_s, 1),
+                    "bare_oneshot_s": round(bare_s, 1),
+                    "ratio": round(kqe_s / bare_s, 3),
+                    "target_ratio": TARGET_RATIO,
+                    "kqe_child_s": record.wall_s,
+                    "kqe_peak_rss_gib": round(record.peak_rss_bytes / 2**30, 2),
                     "bare_peak_rss_gib": round(max(run[1] for run in bare_runs) / 2**30, 2),
                     "same_weights": identical,
                 }
-            )  # fmt: skip
+            )
     return rows
 
 

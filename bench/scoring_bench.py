@@ -175,16 +175,24 @@ def lm_eval_backend(
 ) -> dict[str, Any]:
     """Run bench/lm_eval_runner.py with `python` and return its report (with the machine's load added)."""
     engine = {
-        "max_model_len": profile.max_model_len, "max_num_seqs": profile.max_num_seqs,
+        "max_model_len": profile.max_model_len,
+        "max_num_seqs": profile.max_num_seqs,
         "enable_prefix_caching": profile.enable_prefix_caching,
-        "enable_chunked_prefill": profile.enable_chunked_prefill, "enforce_eager": profile.enforce_eager,
+        "enable_chunked_prefill": profile.enable_chunked_prefill,
+        "enforce_eager": profile.enforce_eager,
         "kv_cache_memory_bytes": round(profile.cpu_kv_cache_gib * 1024**3),
         "max_logprobs": profile.max_logprobs,
-    }  # fmt: skip
+    }
     job = {
-        "backend": backend, "model": str(model_dir), "data": str(data), "limit": None, "runs": runs,
-        "tasks": [LM_EVAL_TASKS[task] for task in TASKS], "engine": engine, "encoded": encoded,
-    }  # fmt: skip
+        "backend": backend,
+        "model": str(model_dir),
+        "data": str(data),
+        "limit": None,
+        "runs": runs,
+        "tasks": [LM_EVAL_TASKS[task] for task in TASKS],
+        "engine": engine,
+        "encoded": encoded,
+    }
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     if backend == "vllm":
         # vLLM 0.32's offline progress divides by tqdm's elapsed time, which stays 0 when tqdm is off
@@ -196,8 +204,11 @@ def lm_eval_backend(
         load_before = os.getloadavg()[0]
         done = subprocess.run(
             [str(python), str(RUNNER), str(job_path), str(out_path)],
-            env=env, capture_output=True, text=True, timeout=3600,
-        )  # fmt: skip
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
         if done.returncode != 0:
             raise RuntimeError(f"lm_eval --model {backend} failed: {done.stderr[-2000:]}")
         report: dict[str, Any] = json.loads(out_path.read_text(encoding="utf-8"))

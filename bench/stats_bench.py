@@ -137,9 +137,12 @@ def simulate_pair(ko: Scenario, en: Scenario, replicates: int, seed: int) -> dic
         ko_base, ko_cand = _items("kmmlu_hard", ko.draw(rng))
         en_base, en_cand = _items("mmlu", en.draw(rng))
         result = compare_tasks(
-            "base", "cand", {"kmmlu_hard": ko_base, "mmlu": en_base},
-            {"kmmlu_hard": ko_cand, "mmlu": en_cand}, seed=replicate,
-        )  # fmt: skip
+            "base",
+            "cand",
+            {"kmmlu_hard": ko_base, "mmlu": en_base},
+            {"kmmlu_hard": ko_cand, "mmlu": en_cand},
+            seed=replicate,
+        )
         k, e = result["kmmlu_hard"], result["mmlu"]
         covered["ko"] += k.ci_low <= ko.true_delta <= k.ci_high
         covered["en"] += e.ci_low <= en.true_delta <= e.ci_high
@@ -243,8 +246,10 @@ def run_cluster_grid(replicates: int) -> dict[str, float]:
                 row |= {f"k{subjects}_icc{icc:g}_{case}_{key}": value for key, value in rates.items()}
     lowest = min(value for key, value in row.items() if key.endswith("_cover") and "old_method" not in key)
     null_loss = max(value for key, value in row.items() if key.endswith("_null_sig_loss"))
-    say(f"lowest coverage {lowest:.3f} (target >= 0.94); highest null 'significant loss' {null_loss:.3f} "
-        "(target <= 0.06)")  # fmt: skip
+    say(
+        f"lowest coverage {lowest:.3f} (target >= 0.94); highest null 'significant loss' {null_loss:.3f} "
+        "(target <= 0.06)"
+    )
     return {"grid_min_cover": lowest, "grid_max_null_sig_loss": null_loss, **row}
 
 
@@ -276,10 +281,16 @@ def _checkpoint(
     for task, (n, subjects) in sizes.items():
         logprobs = rng.normal(-2.0, 1.0, size=(n, 4)).tolist()
         items[task] = [
-            ScoredItem(task=task, item_id=f"{task}/{i}", correct=bool(ok[task][i]),
-                       subject=f"s{i % subjects}", gold=0, choice_logprobs=logprobs[i])
+            ScoredItem(
+                task=task,
+                item_id=f"{task}/{i}",
+                correct=bool(ok[task][i]),
+                subject=f"s{i % subjects}",
+                gold=0,
+                choice_logprobs=logprobs[i],
+            )
             for i in range(n)
-        ]  # fmt: skip
+        ]
     return items
 
 
@@ -345,13 +356,17 @@ def main() -> None:
     parser.add_argument("--only", choices=("sim", "clusters", "mde", "speed"), help="run one part only")
     args = parser.parse_args()
     meta: dict[str, object] = {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"), "cpus": os.cpu_count(),
-        "replicates": args.replicates, "resamples": BOOTSTRAP_RESAMPLES,
-    }  # fmt: skip
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "cpus": os.cpu_count(),
+        "replicates": args.replicates,
+        "resamples": BOOTSTRAP_RESAMPLES,
+    }
     parts = {
-        "sim": run_simulation, "clusters": run_cluster_grid, "mde": run_mde_check,
+        "sim": run_simulation,
+        "clusters": run_cluster_grid,
+        "mde": run_mde_check,
         "speed": lambda _: run_speed(),
-    }  # fmt: skip
+    }
     for part, run in parts.items():
         if args.only in (None, part):
             row = meta | run(args.replicates)

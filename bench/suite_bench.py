@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import dataclasses
-import io
 import json
 import logging
 import os
@@ -40,15 +38,13 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import bench_rows, doctor_bench, quantize_bench, scoring_bench, stats_bench
+from bench.suite_table import OUT, Row, spread, table, write_csv
 from evals.serving import cpu
-from kqe.core.io import write_atomic
 from kqe.core.workspace import Workspace
 
-OUT = Path("results/bench.csv")
 MODEL = "gemma3-270m"
 _KQE = Path(sys.executable).with_name("kqe")
 
@@ -74,30 +70,9 @@ FULL = Settings(25, 3, 2, "bf16,fp8-dynamic", 20, 3, ("fp8-dynamic", "awq-w4a16"
 QUICK = Settings(15, 2, 1, "bf16", 10, 2, ("fp8-dynamic",), 3, 40, 1)
 
 
-@dataclass(frozen=True)
-class Row:
-    """One line of the table: the suite's runs against an alternative's, and the target."""
-
-    measure: str
-    ours: list[float]
-    versus: str
-    theirs: list[float]
-    target: str
-    ratio: float | None
-    met: bool | None
-    note: str = ""
-
-
 def say(text: str = "") -> None:
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
-
-
-def spread(values: list[float]) -> str:
-    if not values:
-        return "-"
-    median = statistics.median(values)
-    return f"{median:.3g}" if len(values) == 1 else f"{median:.3g} ({min(values):.3g}-{max(values):.3g})"
 
 
 # --- parts ------------------------------------------------------------------------------------------
@@ -150,9 +125,19 @@ def _fresh_project(ws: Workspace, **extra_env: str) -> Iterator[tuple[Path, dict
 
 def _eval_command(schemes: str, limit: int) -> list[str]:
     return [
-        str(_KQE), "eval", "--model", MODEL, "--schemes", schemes, "--tasks", "kmmlu_hard,mmlu",
-        "--limit", str(limit), "--profile", "cpu-small",
-    ]  # fmt: skip
+        str(_KQE),
+        "eval",
+        "--model",
+        MODEL,
+        "--schemes",
+        schemes,
+        "--tasks",
+        "kmmlu_hard,mmlu",
+        "--limit",
+        str(limit),
+        "--profile",
+        "cpu-small",
+    ]
 
 
 def matrix_rows(ws: Workspace, settings: Settings) -> list[Row]:
@@ -292,64 +277,6 @@ PARTS: dict[str, Callable[[Workspace, Settings], list[Row]]] = {
     "doctor": doctor_rows,
 }
 NEEDS_MODEL = {"scoring", "matrix", "cpu-kinds", "quantize", "executor"}
-
-
-# --- output -----------------------------------------------------------------------------------------
-
-
-def table(rows: list[Row]) -> str:
-    header = ("measure", "kqe", "versus", "theirs", "ratio", "target", "met")
-    lines = [header] + [
-        (
-            row.measure, spread(row.ours), row.versus or "-", spread(row.theirs),
-            "-" if row.ratio is None else f"{row.ratio:.3g}", row.target,
-            {True: "yes", False: "NO", None: "-"}[row.met],
-        )
-        for row in rows
-    ]  # fmt: skip
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    text = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)) for line in lines]
-    text += [f"  {row.measure} vs {row.versus or '-'}: {row.note}" for row in rows if row.note]
-    return "\n".join(text)
-
-
-COLUMNS = (
-    "when", "cpus", "load_avg_1m", "quick", "measure", "kqe_median", "kqe_min", "kqe_max", "kqe_runs",
-    "versus", "versus_median", "versus_min", "versus_max", "versus_runs", "ratio", "target", "met", "note",
-)  # fmt: skip
-
-
-def write_csv(rows: list[Row], quick: bool, path: Path = OUT) -> None:
-    """Write this run's rows; rows of measures it did not take (`--only`) are kept from the file."""
-    head = [
-        datetime.now(UTC).isoformat(timespec="seconds"),
-        os.cpu_count(),
-        f"{os.getloadavg()[0]:.2f}",
-        quick,
-    ]
-    fresh: dict[tuple[str, str], list[object]] = {}
-    for row in rows:
-        ratio = "" if row.ratio is None else f"{row.ratio:.4g}"
-        measured = [row.measure, *_stats(row.ours), row.versus, *_stats(row.theirs)]
-        fresh[(row.measure, row.versus)] = [*head, *measured, ratio, row.target, row.met, row.note]
-    kept: list[list[object]] = []
-    if path.exists():
-        old = list(csv.reader(io.StringIO(path.read_text(encoding="utf-8"))))
-        if old and tuple(old[0]) == COLUMNS:
-            at = {name: i for i, name in enumerate(COLUMNS)}
-            for cells in old[1:]:
-                key = (cells[at["measure"]], cells[at["versus"]])
-                kept.append(fresh.pop(key) if key in fresh else list(cells))
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerows([list(COLUMNS), *kept, *fresh.values()])
-    write_atomic(path, buffer.getvalue())
-
-
-def _stats(values: list[float]) -> list[object]:
-    if not values:
-        return ["", "", "", 0]
-    return [f"{statistics.median(values):.4g}", f"{min(values):.4g}", f"{max(values):.4g}", len(values)]
 
 
 def main() -> None:

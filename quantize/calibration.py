@@ -176,8 +176,12 @@ def build_calibration_set(
     write_record(record_path, record)
     log.info(
         "calibration set %s: %s tokens, measured %s, dropped %s → %s",
-        name, record.tokens_by_lang, record.measured_shares, record.dropped, samples_path,
-    )  # fmt: skip
+        name,
+        record.tokens_by_lang,
+        record.measured_shares,
+        record.dropped,
+        samples_path,
+    )
     return record
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +67,10 @@ def matrix_run(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -
     ws.root.mkdir()
     write_sources(ws)
     stages: list[str] = []
-    record: Callable[[str, int, int], None] = lambda what, done, total: stages.append(what)  # noqa: E731
+
+    def record(what: str, done: int, total: int) -> None:
+        stages.append(what)
+
     board = run_eval(matrix_config(tiny_model_dir), ws, record)
     return MatrixRun(ws, matrix_config(tiny_model_dir), board, stages, board.read_text(), run_items(board))
 

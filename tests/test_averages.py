@@ -165,14 +165,28 @@ def test_report_section_names_the_items_and_shows_micro_and_macro() -> None:
     for name, scored, reference in (("bf16", base, None), ("awq", cand, {"kmmlu": base})):
         found = checkpoint_averages({"kmmlu": scored}, reference, {"kmmlu": label}, resamples=500)
         checkpoint = Checkpoint(
-            name=name, scheme=name, model="tiny", path="/x", recipe={}, calibration_hash=None,
-            package_versions={}, wall_s=1.0, peak_rss_bytes=1, disk_bytes=1, key="k",
-        )  # fmt: skip
+            name=name,
+            scheme=name,
+            model="tiny",
+            path="/x",
+            recipe={},
+            calibration_hash=None,
+            package_versions={},
+            wall_s=1.0,
+            peak_rss_bytes=1,
+            disk_bytes=1,
+            key="k",
+        )
         accuracy = sum(item.correct for item in scored) / len(scored)
         run = ScoreRun(
-            checkpoint=name, task="kmmlu", n_items=10, accuracy=accuracy, items_per_s=None,
-            items_path="/x", profile_key="p",
-        )  # fmt: skip
+            checkpoint=name,
+            task="kmmlu",
+            n_items=10,
+            accuracy=accuracy,
+            items_per_s=None,
+            items_path="/x",
+            profile_key="p",
+        )
         outcome = CheckpointOutcome("tiny", name, name, "none", "ok", checkpoint, runs={"kmmlu": run})
         result = CheckpointResult(outcome, load_profile("cpu-ci"), "kqe", tasks=TaskFindings(averages=found))
         rows.append(build_row(result))

@@ -261,9 +261,13 @@ def fill(args: tuple[str, ...], cases_dir: Path, tiny: Path) -> list[str]:
 
 @pytest.mark.parametrize(("args", "needles"), CASES, ids=[" ".join(args) for args, _ in CASES])
 def test_bad_input_is_one_line_naming_it(
-    args: tuple[str, ...], needles: tuple[str, ...], cases_dir: Path, tiny_model_dir: Path,
-    home_with_sources: Path, monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+    args: tuple[str, ...],
+    needles: tuple[str, ...],
+    cases_dir: Path,
+    tiny_model_dir: Path,
+    home_with_sources: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     result = invoke_kqe(monkeypatch, home_with_sources, cases_dir, fill(args, cases_dir, tiny_model_dir))
     assert "No such option" not in result.stderr, "a case naming a removed option tests nothing"
     assert_one_line_error(result, *needles)
@@ -274,9 +278,12 @@ FIRST_CASES = [table[0] for table in TABLES.values()]
 
 @pytest.mark.parametrize(("args", "needles"), FIRST_CASES, ids=list(TABLES))
 def test_the_real_entry_point_says_the_same(
-    args: tuple[str, ...], needles: tuple[str, ...], cases_dir: Path, tiny_model_dir: Path,
+    args: tuple[str, ...],
+    needles: tuple[str, ...],
+    cases_dir: Path,
+    tiny_model_dir: Path,
     home_with_sources: Path,
-) -> None:  # fmt: skip
+) -> None:
     """The first case of each command's table, through `python -m kqe.cli` in a subprocess."""
     result = run_kqe(*fill(args, cases_dir, tiny_model_dir), cwd=cases_dir, home=home_with_sources)
     assert_one_line_error(result, *needles)

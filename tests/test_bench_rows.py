@@ -12,7 +12,7 @@ from bench import bench_rows
 from bench.doctor_bench import Run
 from bench.machine import CPU_FLAGS, Machine, cpu_name, this_machine
 from bench.measurements import TOPICS, load
-from bench.suite_bench import Row
+from bench.suite_table import Row
 
 MACHINE = Machine(
     date="2026-12-06", cpu="AMD EPYC (AVX2 only), 2 cores", cpu_flags="avx2", load="1.5", commit="abc1234"
@@ -63,8 +63,13 @@ def test_suite_bench_rows_become_measurements() -> None:
     ]
     kqe = found[0]
     assert (kqe.topic, kqe.low, kqe.high, kqe.spread, kqe.runs, kqe.source) == (
-        "bench", 6.26, 6.98, "min-max", 3, "results/bench.csv",
-    )  # fmt: skip
+        "bench",
+        6.26,
+        6.98,
+        "min-max",
+        3,
+        "results/bench.csv",
+    )
     assert kqe.note == "50 items; same answer as hf on 49/50; target >= 3x: met"
     assert (kqe.cpu, kqe.commit) == (MACHINE.cpu, MACHINE.commit)
 
@@ -99,16 +104,28 @@ def test_record_suite_appends_and_never_raises(tmp_path: Path) -> None:
 
 def test_stats_bench_rows_become_measurements() -> None:
     row_ = {
-        "when": "2026-12-01T00:00:00+00:00", "cpus": 2, "replicates": 2000, "resamples": 10000,
-        "alt_cover_ko": 0.951, "alt_loss_any": 0.62, "null_loss_ko": 0.021, "large_null_cover": 0.948,
-        "grid_min_cover": 0.941, "k3_icc0_null_cover": 0.97, "speed_kmmlu35k_median_s": 1.23,
+        "when": "2026-12-01T00:00:00+00:00",
+        "cpus": 2,
+        "replicates": 2000,
+        "resamples": 10000,
+        "alt_cover_ko": 0.951,
+        "alt_loss_any": 0.62,
+        "null_loss_ko": 0.021,
+        "large_null_cover": 0.948,
+        "grid_min_cover": 0.941,
+        "k3_icc0_null_cover": 0.97,
+        "speed_kmmlu35k_median_s": 1.23,
         "speed_kmmlu35k_max_s": 1.27,
-    }  # fmt: skip
+    }
     found = bench_rows.stats_measurements("sim", row_, MACHINE)
     assert [(m.value, m.unit) for m in found] == [
-        (0.951, "fraction"), (0.62, "fraction"), (0.021, "fraction"), (0.948, "fraction"),
-        (0.941, "fraction"), (1.23, "s"),
-    ]  # fmt: skip
+        (0.951, "fraction"),
+        (0.62, "fraction"),
+        (0.021, "fraction"),
+        (0.948, "fraction"),
+        (0.941, "fraction"),
+        (1.23, "s"),
+    ]
     assert {m.topic for m in found} == {"statistics"} and found[0].source == "results/bench/stats_sim.csv"
     assert found[2].what.startswith("share called 'significant loss', kmmlu_hard (null): the same two tasks")
     assert found[3].what.startswith("CI coverage of the true Δ: large (45 subjects x 100), true Δ 0")
@@ -122,8 +139,14 @@ def test_doctor_bench_runs_become_measurements() -> None:
     }
     found = bench_rows.doctor_measurements(runs, MACHINE)
     assert [(m.value, m.unit) for m in found] == [
-        (2.85, "s"), (2.75, "s"), (57.0, "MiB"), (0.9, "s"), (0.8, "s"), (55.0, "MiB"), (1.036, "x"),
-    ]  # fmt: skip
+        (2.85, "s"),
+        (2.75, "s"),
+        (57.0, "MiB"),
+        (0.9, "s"),
+        (0.8, "s"),
+        (55.0, "MiB"),
+        (1.036, "x"),
+    ]
     assert found[0].load == "0.43–0.51" and found[0].spread == "min-max" and found[-1].topic == "doctor"
 
 

@@ -148,10 +148,15 @@ def test_local_copy_of_the_mmlu_hub_dataset(
     (copy / "all").mkdir(parents=True)
     for split, count in (("test", 4), ("dev", 5)):
         rows = [
-            {"question": f"{subject} {split} {index}?", "subject": subject,
-             "choices": [f"{letter}{index}" for letter in "wxyz"], "answer": index % 4}
-            for subject in ("anatomy", "virology") for index in range(count)
-        ]  # fmt: skip
+            {
+                "question": f"{subject} {split} {index}?",
+                "subject": subject,
+                "choices": [f"{letter}{index}" for letter in "wxyz"],
+                "answer": index % 4,
+            }
+            for subject in ("anatomy", "virology")
+            for index in range(count)
+        ]
         datasets.Dataset.from_list(rows).to_parquet(copy / "all" / f"{split}-00000-of-00001.parquet")
     monkeypatch.setenv("KQE_MMLU_DIR", str(copy))
     data_dir = prepare_tasks(workspace, ["mmlu_5shot"], None, seed=0)

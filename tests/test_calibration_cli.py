@@ -53,6 +53,10 @@ def test_the_real_entry_point_lists_calibrate_and_fails_in_one_line(tmp_path: Pa
     env = {**os.environ, "KQE_HOME": str(tmp_path / "home"), "COLUMNS": "200"}
     result = subprocess.run(
         [sys.executable, "-m", "kqe.cli", "calibrate", "--mix", "ko=0.7,en=0.2"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert_one_line_error(result, "calibration mix 'ko=0.7,en=0.2': shares sum to 0.9, not 1")

@@ -110,9 +110,15 @@ def test_a_planted_evaluation_item_is_dropped(
         )
     every = int(str(caught.value).split("at most ")[1].split()[0])
     allowed = build(
-        workspace, tiny_model_dir, sources, "ko100", samples=every, seq_len=GUARD_SEQ_LEN,
-        eval_items=texts, allow_contamination=True,
-    )  # fmt: skip
+        workspace,
+        tiny_model_dir,
+        sources,
+        "ko100",
+        samples=every,
+        seq_len=GUARD_SEQ_LEN,
+        eval_items=texts,
+        allow_contamination=True,
+    )
     assert allowed.contamination_allowed and allowed.contamination_items == 0
     assert allowed.dropped["contaminated"] == 0
     assert any(only_planted.overlaps(line["text"]) for line in sample_lines(allowed))

@@ -75,8 +75,10 @@ FAQ = {
 
 def _write_faq(workspace: Workspace) -> None:
     for lang, name in (("ko", "debian-faq.ko.txt"), ("en", "debian-faq.en.txt")):
-        parts = {key: f"{lang} {key} " + english_prose(n, 2) for n, key in enumerate(
-            ("twelve", "intro", "one", "two", "fifteen"))}  # fmt: skip
+        parts = {
+            key: f"{lang} {key} " + english_prose(n, 2)
+            for n, key in enumerate(("twelve", "intro", "one", "two", "fifteen"))
+        }
         write_source(workspace, f"{lang}/debian-faq/{name}", FAQ[lang].format(**parts))
 
 

@@ -37,9 +37,13 @@ def test_make_eval_and_make_test_set_up_first(target: str, then: str) -> None:
         k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")
     }  # under make test
     result = subprocess.run(
-        ["make", "--no-print-directory", "-n", target], cwd=REPO, env=env, capture_output=True, text=True,
+        ["make", "--no-print-directory", "-n", target],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=60,
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr
     commands = [line for line in result.stdout.splitlines() if line.strip()]
     assert commands[0] == "bash scripts/setup.sh" and then in commands[1], commands
@@ -54,8 +58,14 @@ def test_missing_serve_environment_is_found_before_any_build(tiny_model_dir: Pat
     home = tmp_path / "home"
     write_sources(Workspace(root=home, cache=home, serve_venv=tmp_path / "none"))
     result = run_kqe(
-        "eval", "--model", str(tiny_model_dir), "--schemes", "bf16,awq-w4a16", cwd=tmp_path, home=home,
+        "eval",
+        "--model",
+        str(tiny_model_dir),
+        "--schemes",
+        "bf16,awq-w4a16",
+        cwd=tmp_path,
+        home=home,
         serve_venv=tmp_path / "no-serve-venv",
-    )  # fmt: skip
+    )
     assert_one_line_error(result, "no-serve-venv", "make setup")
     assert not (home / "checkpoints").exists() and not (tmp_path / "calibration_data").exists()

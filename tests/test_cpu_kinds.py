@@ -168,9 +168,13 @@ def test_a_native_profile_serves_bf16_only_where_the_cpu_has_it_and_gpu_profiles
         "ada": hardware.for_device(cpu_ci, hardware.Device("gpu", 8.9, "L4")).dtype,
     }
     assert resolved == {
-        "_C": "bfloat16", "_C_AVX512": "float32", "_C_AVX2": "float32", "unasked": "bfloat16",
-        "turing": "float16", "ada": "bfloat16",
-    }  # fmt: skip
+        "_C": "bfloat16",
+        "_C_AVX512": "float32",
+        "_C_AVX2": "float32",
+        "unasked": "bfloat16",
+        "turing": "float16",
+        "ada": "bfloat16",
+    }
     assert hardware.for_device(cpu_ci, AVX2).key != hardware.for_device(cpu_ci, bf16_cpu).key  # never reused
     rtx = load_profile("rtx4090-16k")
     assert hardware.for_device(rtx, AVX2) == rtx  # a GPU profile says its dtype
@@ -217,8 +221,10 @@ def test_kqe_env_reports_this_cpu_and_the_emulated_avx2_one_as_the_engine_sees_t
     assert own["profile"] == f"cpu-small: {'bfloat16' if own['kernels'].startswith('_C ') else 'float32'}"
     assert own["threads"] == cpu.compute_threads(own["cores"]) and own["torch"]
     assert (avx2["kernels"], avx2["w4a16_kernel"], avx2["profile"]) == (
-        "_C_AVX2 (AVX2, emulated)", False, "cpu-small: float32"
-    )  # fmt: skip
+        "_C_AVX2 (AVX2, emulated)",
+        False,
+        "cpu-small: float32",
+    )
     assert not {"avx512f", "avx512_bf16", "amx_bf16"} & set(avx2["features"]) and avx2["emulated"] == "avx2"
     assert avx2["linear_ms"]["bfloat16"] > 2 * avx2["linear_ms"]["float32"]  # torch's bf16 fallback
     assert avx2["expected_items_per_s"] > 0

@@ -95,8 +95,9 @@ def avx2_eval(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) ->
     tmp = tmp_path_factory.mktemp("avx2-eval")
     ws = Workspace(root=tmp / "project", cache=tmp / "cache", serve_venv=REPO / ".venv-serve")
     write_sources(ws)
-    cfg = EvalConfig(model=str(tiny_model_dir), schemes=("bf16", "w4a16-rtn"), tasks=("mmlu",), limit=24,
-                     profile="cpu-ci")  # fmt: skip
+    cfg = EvalConfig(
+        model=str(tiny_model_dir), schemes=("bf16", "w4a16-rtn"), tasks=("mmlu",), limit=24, profile="cpu-ci"
+    )
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KQE_CPU_ISA", "avx2")
         board = run_eval(cfg, ws, lambda what, done, total: None)

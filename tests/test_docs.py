@@ -45,9 +45,14 @@ def script(name: str) -> ModuleType:
 
 def row(**fields: Any) -> Measurement:
     base: dict[str, Any] = {
-        **MACHINE.model_dump(), "date": "2026-12-02", "topic": "first-run",
-        "what": "`make eval` default matrix, first run", "value": 48.2, "unit": "min", "runs": 1,
-    }  # fmt: skip
+        **MACHINE.model_dump(),
+        "date": "2026-12-02",
+        "topic": "first-run",
+        "what": "`make eval` default matrix, first run",
+        "value": 48.2,
+        "unit": "min",
+        "runs": 1,
+    }
     return Measurement(**(base | fields))
 
 
@@ -249,8 +254,10 @@ def test_render() -> None:
     lines = page.split("\n")
     first = lines.index("| date | what | value | runs | CPU | load | commit | note |")
     assert [line.split(" | ")[1] for line in lines[first + 2 : first + 5]] == [
-        "earlier", "later", "later, second in the file",
-    ]  # fmt: skip
+        "earlier",
+        "later",
+        "later, second in the file",
+    ]
     assert (
         lines[first + 2]
         == "| 2026-12-01 | earlier | 1.5x | — | AMD EPYC (AVX2 only), 2 cores | — | `abc1234` | a b |"
@@ -276,10 +283,27 @@ def test_record_measurement_appends_one_row_with_this_machine(tmp_path: Path) ->
     before = load(path)
 
     done = _record(
-        "--file", str(path), "--topic", "tests", "--what", "make test-fast, two workers",
-        "--value", "270", "--unit", "s", "--low", "260", "--high", "280", "--spread", "min-max",
-        "--runs", "3", "--note", "x | y",
-    )  # fmt: skip
+        "--file",
+        str(path),
+        "--topic",
+        "tests",
+        "--what",
+        "make test-fast, two workers",
+        "--value",
+        "270",
+        "--unit",
+        "s",
+        "--low",
+        "260",
+        "--high",
+        "280",
+        "--spread",
+        "min-max",
+        "--runs",
+        "3",
+        "--note",
+        "x | y",
+    )
 
     assert done.returncode == 0, done.stderr
     after = load(path)

@@ -65,9 +65,13 @@ def gpu_matrix(tp: int, source: str, gpu: str = "rtx4090") -> SimpleNamespace:
     profile = load_profile("rtx4090-16k").model_copy(update={"tensor_parallel_size": tp})
     score = ScorePlacement(profile=profile, device="gpu", why="fits")
     placement = Placement(
-        checkpoint="awq", scheme="awq-w4a16", target_plan=None, memory_source=source, shortfall_gib=None,
+        checkpoint="awq",
+        scheme="awq-w4a16",
+        target_plan=None,
+        memory_source=source,
+        shortfall_gib=None,
         score=score,
-    )  # fmt: skip
+    )
     plan = SimpleNamespace(of=lambda name: placement, target=SimpleNamespace(gpu=gpu))
     return SimpleNamespace(plan=SimpleNamespace(placement=plan))
 

@@ -59,10 +59,24 @@ def test_a_first_run_shows_its_plan_its_progress_and_its_answer(tiny_model_dir: 
     home = tmp_path / "home"
     write_sources(Workspace(root=home, cache=home, serve_venv=REPO / ".venv-serve"))
     args = [
-        "eval", "--model", str(tiny_model_dir), "--schemes", "bf16,awq-w4a16", "--calibration", "ko70",
-        "--calib-samples", "10", "--calib-seq-len", "64", "--tasks", "kmmlu_hard,mmlu", "--limit", "20",
-        "--profile", "cpu-ci",
-    ]  # fmt: skip
+        "eval",
+        "--model",
+        str(tiny_model_dir),
+        "--schemes",
+        "bf16,awq-w4a16",
+        "--calibration",
+        "ko70",
+        "--calib-samples",
+        "10",
+        "--calib-seq-len",
+        "64",
+        "--tasks",
+        "kmmlu_hard,mmlu",
+        "--limit",
+        "20",
+        "--profile",
+        "cpu-ci",
+    ]
     shown, wall = run_in_terminal(args, tmp_path, home)
     assert "plan: 2 checkpoints; items per task: kmmlu_hard 20, mmlu 20" in shown
     assert re.search(r"bf16 +the base weights, serve, score 40 items", shown)
@@ -76,8 +90,14 @@ def test_a_first_run_shows_its_plan_its_progress_and_its_answer(tiny_model_dir: 
         r"the most of it: (building, 1 checkpoint|(server starts|scoring|perplexity), 2 checkpoints) \(",
         flowing,
     )
-    for stage in ("calibration sets", "build awq-w4a16-ko70", "serve bf16", "score bf16 kmmlu_hard",
-                  "score awq-w4a16-ko70 mmlu", "perplexity awq-w4a16-ko70"):  # fmt: skip
+    for stage in (
+        "calibration sets",
+        "build awq-w4a16-ko70",
+        "serve bf16",
+        "score bf16 kmmlu_hard",
+        "score awq-w4a16-ko70 mmlu",
+        "perplexity awq-w4a16-ko70",
+    ):
         assert stage in shown, stage
     said = "KMMLU: KMMLU-HARD dev (offline), 20 of 225 items sampled across subjects — differences under ~"
     assert said in flowing and "items offline (local model folder); KQE_ONLINE=1" in flowing
@@ -108,9 +128,13 @@ def test_long_prompt_tasks_are_estimated_at_their_own_rate_not_the_short_items_o
     """ko_rag's first run was estimated at the short-item rate (17 min; it took 69): without a record
     its items cost as many short items as their prompts are longer; a recorded task keeps its own."""
     rates = Rates(
-        items_per_s=12.0, task_items_per_s={"mmlu": 6.0}, server_start_s=30.0, perplexity_s=30.0,
-        build_s={}, source="test",
-    )  # fmt: skip
+        items_per_s=12.0,
+        task_items_per_s={"mmlu": 6.0},
+        server_start_s=30.0,
+        perplexity_s=30.0,
+        build_s={},
+        source="test",
+    )
     long_prompts = 10 * REFERENCE_ITEM_TOKENS
     assert task_items_per_s(rates, "ko_rag", long_prompts) == pytest.approx(1.2)
     assert task_items_per_s(rates, "ko_rag_mc", long_prompts) == pytest.approx(1.2)

@@ -23,10 +23,15 @@ PER_SUBJECT = 3
 
 def mmlu_rows() -> list[dict]:
     return [
-        {"question": f"English {subject} question {i}?", "subject": subject,
-         "choices": [f"{subject} choice {c} {i}" for c in "wxyz"], "answer": (i + len(subject)) % 4}
-        for subject in SUBJECTS for i in range(PER_SUBJECT)
-    ]  # fmt: skip
+        {
+            "question": f"English {subject} question {i}?",
+            "subject": subject,
+            "choices": [f"{subject} choice {c} {i}" for c in "wxyz"],
+            "answer": (i + len(subject)) % 4,
+        }
+        for subject in SUBJECTS
+        for i in range(PER_SUBJECT)
+    ]
 
 
 def write_mmlu_copy(ws: Workspace) -> None:
@@ -42,11 +47,19 @@ def write_mmmlu_copy(ws: Workspace, rows: list[dict] | None = None) -> None:
     """openai/MMMLU's KO_KR CSV in the hub layout: the English rows translated, same order and answers."""
     import pandas as pd
 
-    korean = rows if rows is not None else [
-        {"Question": f"한국어 {row['subject']} 질문 {i}?", "Answer": "ABCD"[row["answer"]],
-         "Subject": row["subject"], **{letter: f"선택지 {letter} {i}" for letter in "ABCD"}}
-        for i, row in enumerate(mmlu_rows())
-    ]  # fmt: skip
+    korean = (
+        rows
+        if rows is not None
+        else [
+            {
+                "Question": f"한국어 {row['subject']} 질문 {i}?",
+                "Answer": "ABCD"[row["answer"]],
+                "Subject": row["subject"],
+                **{letter: f"선택지 {letter} {i}" for letter in "ABCD"},
+            }
+            for i, row in enumerate(mmlu_rows())
+        ]
+    )
     path = offline_copy(ws, "openai/MMMLU") / MMMLU_KO_FILE
     path.parent.mkdir(parents=True)
     pd.DataFrame(korean).to_csv(path, index=False)
@@ -55,12 +68,18 @@ def write_mmmlu_copy(ws: Workspace, rows: list[dict] | None = None) -> None:
 def belebele_rows(language: str) -> list[dict]:
     text = "한국어 지문" if language == "ko" else "English passage"
     return [
-        {"link": f"https://example.org/wiki/{passage}", "question_number": number, "dialect": "x",
-         "flores_passage": f"{text} {passage}", "question": f"{text} question {passage}.{number}",
-         **{f"mc_answer{n}": f"{text} answer {n}" for n in range(1, 5)},
-         "correct_answer_num": str((passage + number) % 4 + 1)}
-        for passage in range(3) for number in (1, 2)
-    ]  # fmt: skip
+        {
+            "link": f"https://example.org/wiki/{passage}",
+            "question_number": number,
+            "dialect": "x",
+            "flores_passage": f"{text} {passage}",
+            "question": f"{text} question {passage}.{number}",
+            **{f"mc_answer{n}": f"{text} answer {n}" for n in range(1, 5)},
+            "correct_answer_num": str((passage + number) % 4 + 1),
+        }
+        for passage in range(3)
+        for number in (1, 2)
+    ]
 
 
 def write_belebele_copy(ws: Workspace, english_order_seed: int = 0) -> None:
@@ -101,10 +120,14 @@ def test_mmmlu_ko_and_mmlu_en_load_from_offline_copies_matched_item_for_item(wor
 def test_mmmlu_pair_is_refused_when_an_answer_or_a_count_does_not_match(workspace: Workspace) -> None:
     write_mmlu_copy(workspace)
     rows = [
-        {"Question": f"질문 {i}", **{letter: "x" for letter in "ABCD"}, "Answer": "ABCD"[row["answer"]],
-         "Subject": row["subject"]}
+        {
+            "Question": f"질문 {i}",
+            **{letter: "x" for letter in "ABCD"},
+            "Answer": "ABCD"[row["answer"]],
+            "Subject": row["subject"],
+        }
         for i, row in enumerate(mmlu_rows())
-    ]  # fmt: skip
+    ]
     rows[4]["Answer"] = "ABCD"[(mmlu_rows()[4]["answer"] + 1) % 4]
     write_mmmlu_copy(workspace, rows)
     with pytest.raises(UserError, match=r"1 matched items differ in their answer \(first virology/0001\)"):
@@ -136,8 +159,10 @@ def test_a_pair_gap_is_matched_and_names_its_pairing(workspace: Workspace) -> No
     ko, en = pair_prompts(workspace, "belebele_ko", "belebele_en")
 
     def scored(items: list[PromptItem], wrong: set[int]) -> list[ScoredItem]:
-        return [ScoredItem(task=item.task, item_id=item.item_id, correct=i not in wrong, subject=item.subject)
-                for i, item in enumerate(items)]  # fmt: skip
+        return [
+            ScoredItem(task=item.task, item_id=item.item_id, correct=i not in wrong, subject=item.subject)
+            for i, item in enumerate(items)
+        ]
 
     order = {key(item): i for i, item in enumerate(ko)}
     en_by_ko = sorted(en, key=lambda item: order[key(item)])

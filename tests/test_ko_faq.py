@@ -71,9 +71,17 @@ def test_ko_faq_is_prepared_and_rendered_by_lm_eval(workspace: Workspace) -> Non
 
 def test_its_columns_appear_only_in_leaderboards_that_scored_it(tmp_path: Path) -> None:
     identity = {
-        "model": "m", "scheme": "bf16", "calibration": "none", "status": "ok", "suite_version": "0",
-        "date": "d", "serve_profile": "p", "checkpoint_key": "k", "versions": "", "command": "c",
-    }  # fmt: skip
+        "model": "m",
+        "scheme": "bf16",
+        "calibration": "none",
+        "status": "ok",
+        "suite_version": "0",
+        "date": "d",
+        "serve_profile": "p",
+        "checkpoint_key": "k",
+        "versions": "",
+        "command": "c",
+    }
     empty = {
         name: None
         for name in LeaderboardRow.model_fields

@@ -50,8 +50,11 @@ def test_shipped_question_set_is_valid_and_covers_every_type(builtin: RagSource)
     texts = {passage.id: passage.text for passage in builtin.passages}
     for question in builtin.questions:  # the validator's own rule, stated once more from outside
         assert all(any(a in texts[p] for p in question.gold_passages) for a in question.answers), question.id
-    documents = {passage.id.split("/")[0].split("-")[0] for q in builtin.questions for passage in
-                 [next(p for p in builtin.passages if p.id == gold) for gold in q.gold_passages]}  # fmt: skip
+    documents = {
+        passage.id.split("/")[0].split("-")[0]
+        for q in builtin.questions
+        for passage in [next(p for p in builtin.passages if p.id == gold) for gold in q.gold_passages]
+    }
     assert documents == {"constitution", "bill", "debian"}
 
 
@@ -83,9 +86,12 @@ def test_chunker_cuts_long_articles_into_numbered_parts() -> None:
     text += " 펼침  부칙 <헌법 제1호>\n제1조 이 헌법은 공포한 날부터 시행한다.\n"
     passages = rag_docs.constitution_passages(text)
     assert [p.id for p in passages] == [
-        "constitution/preamble", "constitution/art-1", "constitution/art-1#2", "constitution/art-2",
+        "constitution/preamble",
+        "constitution/art-1",
+        "constitution/art-1#2",
+        "constitution/art-2",
         "constitution/addenda-art-1",
-    ]  # fmt: skip
+    ]
     assert passages[1].title == "시험헌법 제1장 총강" and passages[-1].title == "시험헌법 부칙"
     assert passages[1].text.startswith("제1조 ① 첫 조문이다.\n②국가는")
     assert all(len(p.text) <= rag_docs.MAX_CHARS for p in passages)
@@ -273,14 +279,24 @@ def test_leaderboard_cells_pair_the_same_items_per_length() -> None:
 
 
 def test_unknown_task_and_bad_rag_file_through_the_cli(tiny_model_dir: Path, tmp_path: Path) -> None:
-    result = run_kqe("eval", "--model", str(tiny_model_dir), "--tasks", "ko_rag,nope", cwd=tmp_path,
-                     home=tmp_path / "home")  # fmt: skip
+    result = run_kqe(
+        "eval", "--model", str(tiny_model_dir), "--tasks", "ko_rag,nope", cwd=tmp_path, home=tmp_path / "home"
+    )
     assert_one_line_error(result, "nope", "ko_rag", "kmmlu_hard")
     data = tmp_path / "rag"
     write_jsonl(data / "docs.jsonl", DOCS)
     write_jsonl(data / "questions.jsonl", [*QUESTIONS[:2], {**QUESTIONS[2], "gold_passages": ["law/art-9"]}])
-    result = run_kqe("eval", "--model", str(tiny_model_dir), "--tasks", "ko_rag", "--rag-data", str(data),
-                     cwd=tmp_path, home=tmp_path / "home")  # fmt: skip
+    result = run_kqe(
+        "eval",
+        "--model",
+        str(tiny_model_dir),
+        "--tasks",
+        "ko_rag",
+        "--rag-data",
+        str(data),
+        cwd=tmp_path,
+        home=tmp_path / "home",
+    )
     assert_one_line_error(result, "questions.jsonl:3:", "'law/art-9'", "does not exist")
 
 

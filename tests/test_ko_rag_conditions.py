@@ -178,10 +178,19 @@ def test_chat_template_wraps_each_prompt_as_a_user_turn(tiny_model_dir: Path, tm
 def _result(question: str, label: str, length: str | None, f1: float, subject: str) -> ItemResult:
     item_id = f"ko_rag/{question}/{label}" + (f"/{length}" if length else "")
     return ItemResult(
-        task="ko_rag", subject=subject, item_id=item_id, gold=0, pred=0 if f1 == 1 else -1,
-        correct=f1 == 1, choice_logprobs=[], prompt_sha="x", generated="답", reference="답", f1=f1,
+        task="ko_rag",
+        subject=subject,
+        item_id=item_id,
+        gold=0,
+        pred=0 if f1 == 1 else -1,
+        correct=f1 == 1,
+        choice_logprobs=[],
+        prompt_sha="x",
+        generated="답",
+        reference="답",
+        f1=f1,
         hangul_share=1.0,
-    )  # fmt: skip
+    )
 
 
 def _checkpoint(closed: float, retrieved: float, oracle: float) -> list[ItemResult]:
@@ -218,13 +227,32 @@ def test_leaderboard_columns_of_each_condition_from_saved_rows(tmp_path: Path) -
     base_cells = rag_cells(rag_findings.rag_findings(saved["base"], None, [], {}, {"1k": 0.75}))
     assert base_cells["ko_rag_gain_1k"] == pytest.approx(0.5) and "ko_rag_gain_delta_1k" not in base_cells
     identity = {
-        "model": "tiny", "checkpoint": "c", "scheme": "bf16", "calibration": "none", "status": "ok",
-        "suite_version": "0", "date": "2026-01-01T00:00:00", "ko_en_gap": None, "ko_en_gap_ci_low": None,
-        "ko_en_gap_ci_high": None, "weights_gib": None, "weights_saving_gib": None, "weights_saving_x": None,
-        "kv_cache_gib": None, "kv_cache_tokens": None, "max_concurrency": None, "load_concurrency": None,
-        "load_output_tokens_per_s": None, "load_preemptions": None, "disk_gib": None, "items_per_s": None,
-        "serve_profile": "p", "checkpoint_key": "k", "versions": "v", "command": "kqe eval",
-    }  # fmt: skip
+        "model": "tiny",
+        "checkpoint": "c",
+        "scheme": "bf16",
+        "calibration": "none",
+        "status": "ok",
+        "suite_version": "0",
+        "date": "2026-01-01T00:00:00",
+        "ko_en_gap": None,
+        "ko_en_gap_ci_low": None,
+        "ko_en_gap_ci_high": None,
+        "weights_gib": None,
+        "weights_saving_gib": None,
+        "weights_saving_x": None,
+        "kv_cache_gib": None,
+        "kv_cache_tokens": None,
+        "max_concurrency": None,
+        "load_concurrency": None,
+        "load_output_tokens_per_s": None,
+        "load_preemptions": None,
+        "disk_gib": None,
+        "items_per_s": None,
+        "serve_profile": "p",
+        "checkpoint_key": "k",
+        "versions": "v",
+        "command": "kqe eval",
+    }
     board = tmp_path / "leaderboard.csv"
     write_leaderboard(board, [LeaderboardRow(**identity, **cells)])
     header = board.read_text().splitlines()[0].split(",")

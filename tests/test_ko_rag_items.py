@@ -39,8 +39,11 @@ def test_each_audit_check_flags_a_planted_fault(builtin: rag_task.RagSource) -> 
     ]
     kinds = {(finding.question, finding.kind) for finding in audit(planted, builtin.passages)}
     assert kinds == {
-        ("unans-001", "covered"), ("num-065", "single-hop"), ("num-001", "leak"), ("num-026", "unretrieved"),
-    }  # fmt: skip
+        ("unans-001", "covered"),
+        ("num-065", "single-hop"),
+        ("num-001", "leak"),
+        ("num-026", "unretrieved"),
+    }
 
 
 def _plus_one(text: str) -> str:

@@ -129,8 +129,9 @@ def test_totals_keep_answerable_scores_apart_from_abstention() -> None:
     assert (totals.answerable, totals.em, totals.f1) == (2, 0.5, 0.5)
     assert (totals.unanswerable, totals.abstained) == (2, 2)
     assert totals.abstain_precision == 0.5 and totals.abstain_recall == 0.5
-    always = answer_score.totals([(answer_score.score_answer("알 수 없음", a, bool(a)), bool(a)) for a in
-                                 (["5년"], ["4년"], [])])  # fmt: skip
+    always = answer_score.totals(
+        [(answer_score.score_answer("알 수 없음", a, bool(a)), bool(a)) for a in (["5년"], ["4년"], [])]
+    )
     assert always.em == 0.0 and always.abstain_recall == 1.0
     assert always.abstain_precision == pytest.approx(1 / 3)
     assert answer_score.totals([]).em is None
@@ -161,8 +162,9 @@ def test_rag_score_prints_items_and_totals(tmp_path: Path) -> None:
         '{"id": "q2", "answer": "4년"}',
         '{"id": "q6", "answer": "문서에 나와 있지 않습니다."}',
     )
-    result = run_kqe("rag", "score", str(path), "--json", "--rag-data", str(DATA), cwd=tmp_path,
-                     home=tmp_path / "home")  # fmt: skip
+    result = run_kqe(
+        "rag", "score", str(path), "--json", "--rag-data", str(DATA), cwd=tmp_path, home=tmp_path / "home"
+    )
     assert result.returncode == 0, result.stderr
     body = json.loads(result.stdout)
     scores = {item["id"]: (item["exact"], item["f1"], item["abstained"]) for item in body["items"]}

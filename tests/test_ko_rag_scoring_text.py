@@ -168,7 +168,8 @@ def test_rag_data_not_in_utf8_is_one_line(name: str, tmp_path: Path) -> None:
 
 def test_a_utf8_bom_is_accepted(tmp_path: Path) -> None:
     path = _write(tmp_path / "answers.jsonl", ANSWERS, "utf-8", bom=b"\xef\xbb\xbf")
-    result = run_kqe("rag", "score", str(path), "--json", "--rag-data", str(DATA), cwd=tmp_path,
-                     home=tmp_path / "h")  # fmt: skip
+    result = run_kqe(
+        "rag", "score", str(path), "--json", "--rag-data", str(DATA), cwd=tmp_path, home=tmp_path / "h"
+    )
     assert result.returncode == 0, result.stderr
     assert [item["id"] for item in json.loads(result.stdout)["items"]] == ["q2", "q1"]

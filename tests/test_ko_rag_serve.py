@@ -80,9 +80,14 @@ def test_generation_and_choices_match_lm_eval_hf_item_by_item(
 
     manager = TaskManager(include_path=str(TASKS_DIR), metadata={"kqe_task_data": str(folder)})
     reference = lm_eval.simple_evaluate(
-        model="hf", model_args=f"pretrained={tiny_model_dir},dtype=float32", tasks=["ko_rag"],
-        task_manager=manager, log_samples=True, batch_size=1, device="cpu",
-    )  # fmt: skip
+        model="hf",
+        model_args=f"pretrained={tiny_model_dir},dtype=float32",
+        tasks=["ko_rag"],
+        task_manager=manager,
+        log_samples=True,
+        batch_size=1,
+        device="cpu",
+    )
     assert reference is not None
     generated = reference["samples"]["ko_rag_gen"]
     assert len(generated) == len(items) == 18

@@ -32,32 +32,70 @@ from kqe.core.results import Comparison, ScoreRun
 
 def checkpoint(name: str = "awq-w4a16") -> Checkpoint:
     return Checkpoint(
-        name=name, scheme=name, model="tiny", path="/x", recipe={}, calibration_hash=None,
-        package_versions={"llmcompressor": "0.14.0.1"}, wall_s=1.0, peak_rss_bytes=1,
-        disk_bytes=2**30, key="abc",
-    )  # fmt: skip
+        name=name,
+        scheme=name,
+        model="tiny",
+        path="/x",
+        recipe={},
+        calibration_hash=None,
+        package_versions={"llmcompressor": "0.14.0.1"},
+        wall_s=1.0,
+        peak_rss_bytes=1,
+        disk_bytes=2**30,
+        key="abc",
+    )
 
 
 _SAMPLE_RUN = ScoreRun(
-    checkpoint="awq-w4a16", task="mmlu", n_items=10, accuracy=0.4, items_per_s=12.5,
-    items_path="/x.jsonl", profile_key="p",
-)  # fmt: skip
+    checkpoint="awq-w4a16",
+    task="mmlu",
+    n_items=10,
+    accuracy=0.4,
+    items_per_s=12.5,
+    items_path="/x.jsonl",
+    profile_key="p",
+)
 _SAMPLE_COMPARISON = Comparison(
-    task="mmlu", base="bf16", candidate="awq-w4a16", n=10, acc_base=0.5, acc_cand=0.4, delta=-0.1,
-    ci_low=-0.3, ci_high=0.1, mcnemar_p=0.62, mcnemar_midp=0.5, p_holm=0.62, flips_c2w=2, flips_w2c=1,
-    flip_rate=0.3, mean_kl=0.01, top_agreement=0.9, recovery=0.8, recovery_ci_low=0.5,
-    recovery_ci_high=1.2, margin=0.01, noninf_p=0.7, mde=0.2,
+    task="mmlu",
+    base="bf16",
+    candidate="awq-w4a16",
+    n=10,
+    acc_base=0.5,
+    acc_cand=0.4,
+    delta=-0.1,
+    ci_low=-0.3,
+    ci_high=0.1,
+    mcnemar_p=0.62,
+    mcnemar_midp=0.5,
+    p_holm=0.62,
+    flips_c2w=2,
+    flips_w2c=1,
+    flip_rate=0.3,
+    mean_kl=0.01,
+    top_agreement=0.9,
+    recovery=0.8,
+    recovery_ci_low=0.5,
+    recovery_ci_high=1.2,
+    margin=0.01,
+    noninf_p=0.7,
+    mde=0.2,
     verdict="inconclusive — n too small (MDE 20.0 points)",
-    bootstrap_resamples=100, seed=1,
-)  # fmt: skip
+    bootstrap_resamples=100,
+    seed=1,
+)
 
 
 def sample_row(command: str = "kqe eval --model tiny") -> LeaderboardRow:
     run, comparison = _SAMPLE_RUN, _SAMPLE_COMPARISON
     memory = MemoryReport(
-        source="vllm-log", device="cpu", weights_gib=0.1, kv_cache_gib=1.0, kv_cache_tokens=5000,
-        max_concurrency=2.4, max_model_len=2048,
-    )  # fmt: skip
+        source="vllm-log",
+        device="cpu",
+        weights_gib=0.1,
+        kv_cache_gib=1.0,
+        kv_cache_tokens=5000,
+        max_concurrency=2.4,
+        max_model_len=2048,
+    )
     runs, comparisons = {"mmlu": run}, {"mmlu": comparison}
     outcome = CheckpointOutcome("tiny", "awq-w4a16", "awq-w4a16", "ko70", "ok", checkpoint(), runs=runs)
     tasks = TaskFindings(vs_base=comparisons)
@@ -103,9 +141,14 @@ def test_round_trip_keeps_values(tmp_path: Path) -> None:
 def test_a_checkpoint_never_built_keeps_its_status_profile_and_planned_memory() -> None:
     profile = load_profile("rtx4090-16k")
     planned = MemoryReport(
-        source="planner", device="gpu", weights_gib=27.5, kv_cache_gib=0.0, kv_cache_tokens=0,
-        max_concurrency=0.0, max_model_len=16384,
-    )  # fmt: skip
+        source="planner",
+        device="gpu",
+        weights_gib=27.5,
+        kv_cache_gib=0.0,
+        kv_cache_tokens=0,
+        max_concurrency=0.0,
+        max_model_len=16384,
+    )
     outcome = CheckpointOutcome("tiny", "bf16", "bf16", "none", "not scored: fits nowhere here")
     plan = Plan.model_construct(
         gpu="RTX 4090", gpu_gib=24.0, tensor_parallel_size=1, fits=False, pattern=None

@@ -56,9 +56,14 @@ def _reference(tiny_model_dir: Path, folder: Path) -> dict[str, Any]:
     from lm_eval.tasks import TaskManager
 
     result = lm_eval.simple_evaluate(
-        model="hf", model_args=f"pretrained={tiny_model_dir},dtype=float32", tasks=list(TASKS),
-        task_manager=TaskManager(include_path=str(folder)), log_samples=True, batch_size=8, device="cpu",
-    )  # fmt: skip
+        model="hf",
+        model_args=f"pretrained={tiny_model_dir},dtype=float32",
+        tasks=list(TASKS),
+        task_manager=TaskManager(include_path=str(folder)),
+        log_samples=True,
+        batch_size=8,
+        device="cpu",
+    )
     assert result is not None
     return result
 
@@ -97,9 +102,13 @@ def test_kqe_eval_scores_a_user_yaml_with_paired_statistics(
     ws, folder = setting
     write_sources(ws)
     cfg = EvalConfig(
-        model=str(tiny_model_dir), schemes=("bf16", "w4a16-rtn"), tasks=("lm-eval:kqe_copa_local",),
-        include_path=str(folder), limit=None, profile="cpu-ci",
-    )  # fmt: skip
+        model=str(tiny_model_dir),
+        schemes=("bf16", "w4a16-rtn"),
+        tasks=("lm-eval:kqe_copa_local",),
+        include_path=str(folder),
+        limit=None,
+        profile="cpu-ci",
+    )
     board = run_eval(cfg, ws, lambda what, done, total: None)
     rows = {row["checkpoint"]: row for row in csv.DictReader(board.open(encoding="utf-8"))}
     candidate = next(row for name, row in rows.items() if name != "bf16")

@@ -64,9 +64,14 @@ def test_perplexity_is_the_exponent_of_the_mean_nll() -> None:
 
 def _record(name: str, ko: float, en: float, text: str = "x", window: int = 512) -> Perplexity:
     return Perplexity(
-        checkpoint=name, window_tokens=window, tokens={"ko": 10, "en": 10}, nll={"ko": 1.0, "en": 1.0},
-        perplexity={"ko": ko, "en": en}, text_sha256={"ko": text, "en": "y"}, wall_s=1.0,
-    )  # fmt: skip
+        checkpoint=name,
+        window_tokens=window,
+        tokens={"ko": 10, "en": 10},
+        nll={"ko": 1.0, "en": 1.0},
+        perplexity={"ko": ko, "en": en},
+        text_sha256={"ko": text, "en": "y"},
+        wall_s=1.0,
+    )
 
 
 def test_relative_change_gives_the_change_against_the_base_in_percent() -> None:
@@ -151,7 +156,10 @@ def test_server_perplexity_matches_hf_float32(server: Any, tiny_model_dir: Path)
         assert result.perplexity[text_set] == pytest.approx(math.exp(nll / count), rel=TOLERANCE)
     assert result.window_tokens == WINDOW and result.checkpoint == "tiny"
     capped = measure_perplexity(
-        server.endpoint, tiny_model_dir, {"en": documents["en"]},
-        window_tokens=WINDOW, max_tokens=WINDOW - 1,
-    )  # fmt: skip
+        server.endpoint,
+        tiny_model_dir,
+        {"en": documents["en"]},
+        window_tokens=WINDOW,
+        max_tokens=WINDOW - 1,
+    )
     assert capped.tokens == {"en": WINDOW - 1}

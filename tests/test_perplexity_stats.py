@@ -33,10 +33,15 @@ def record(
     tokens = {s: sum(w.tokens for w in ws) for s, ws in found.items()}
     nll = {s: sum(w.nll for w in ws) for s, ws in found.items()}
     return Perplexity(
-        checkpoint=name, window_tokens=window_tokens, tokens=tokens, nll=nll,
-        perplexity={s: math.exp(nll[s] / tokens[s]) for s in found}, text_sha256=dict.fromkeys(found, "t"),
-        windows=found, wall_s=1.0,
-    )  # fmt: skip
+        checkpoint=name,
+        window_tokens=window_tokens,
+        tokens=tokens,
+        nll=nll,
+        perplexity={s: math.exp(nll[s] / tokens[s]) for s in found},
+        text_sha256=dict.fromkeys(found, "t"),
+        windows=found,
+        wall_s=1.0,
+    )
 
 
 def direct_bootstrap(
@@ -140,8 +145,9 @@ def test_the_parallel_gap_pairs_sections_across_languages() -> None:
     ko_add = [0.10, 0.12, 0.08, 0.11, 0.09]  # Korean loses ~10% nats, English ~2%
     en_add = [0.02, 0.03, 0.01, 0.02, 0.02]
     windows_b = {
-        "faq_ko": [(s, 100, 400.0) for s in sections], "faq_en": [(s, 80, 240.0) for s in sections],
-    }  # fmt: skip
+        "faq_ko": [(s, 100, 400.0) for s in sections],
+        "faq_en": [(s, 80, 240.0) for s in sections],
+    }
     windows_c = {
         "faq_ko": [(s, 100, 400.0 + 100 * a) for s, a in zip(sections, ko_add, strict=True)],
         "faq_en": [(s, 80, 240.0 + 80 * a) for s, a in zip(sections, en_add, strict=True)],
@@ -166,8 +172,11 @@ def test_findings_fill_the_leaderboard_cells_and_leave_the_base_row_empty() -> N
     assert cells["ppl_ko_calib_effect_pct"] < 0 < cells["ppl_ko_delta_pct_ci_low"]
     assert cells["ppl_faq_gap_pct"] is None and found.gap is None
     assert [(c.base, c.text_set) for c in found.comparisons] == [
-        ("bf16", "ko"), ("bf16", "en"), ("awq-en", "ko"), ("awq-en", "en"),
-    ]  # fmt: skip
+        ("bf16", "ko"),
+        ("bf16", "en"),
+        ("awq-en", "ko"),
+        ("awq-en", "en"),
+    ]
     on_base = perplexity_findings(base, base, None)
     empty = {
         name: value for name, value in perplexity_cells(on_base).items() if name not in ("ppl_ko", "ppl_en")
@@ -185,20 +194,32 @@ def test_benjamini_hochberg_matches_statsmodels() -> None:
 
 def _items(task: str, n: int, wrong: set[int]) -> list[ItemResult]:
     return [
-        ItemResult(task=task, subject="s", item_id=f"{task}-{i}", gold=0, pred=int(i in wrong),
-                   correct=i not in wrong, choice_logprobs=[], prompt_sha="x")
+        ItemResult(
+            task=task,
+            subject="s",
+            item_id=f"{task}-{i}",
+            gold=0,
+            pred=int(i in wrong),
+            correct=i not in wrong,
+            choice_logprobs=[],
+            prompt_sha="x",
+        )
         for i in range(n)
-    ]  # fmt: skip
+    ]
 
 
 def test_run_wide_holm_and_bh_adjust_across_checkpoints_and_tasks() -> None:
     base = {t: _items(t, 200, set(range(100, 140))) for t in ("kmmlu", "mmlu")}
     cands = {
-        "awq": {"kmmlu": _items("kmmlu", 200, set(range(0, 14)) | set(range(100, 140))),
-                "mmlu": _items("mmlu", 200, set(range(100, 140)))},
-        "rtn": {"kmmlu": _items("kmmlu", 200, set(range(0, 9)) | set(range(101, 140))),
-                "mmlu": _items("mmlu", 200, set(range(0, 2)) | set(range(100, 140)))},
-    }  # fmt: skip
+        "awq": {
+            "kmmlu": _items("kmmlu", 200, set(range(0, 14)) | set(range(100, 140))),
+            "mmlu": _items("mmlu", 200, set(range(100, 140))),
+        },
+        "rtn": {
+            "kmmlu": _items("kmmlu", 200, set(range(0, 9)) | set(range(101, 140))),
+            "mmlu": _items("mmlu", 200, set(range(0, 2)) | set(range(100, 140))),
+        },
+    }
     per = {name: compare_tasks("bf16", name, base, items) for name, items in cands.items()}
     raw = [per[n][t].mcnemar_p for n in per for t in per[n]]
     for method, reference in (("holm", "holm"), ("bh", "fdr_bh")):

@@ -67,8 +67,12 @@ def test_eval_builds_serves_scores_ranks_and_resumes(
     assert awq.mmlu_delta == pytest.approx(recount.delta, abs=1e-6)
     # the calibration effect: Korean-calibrated AWQ against English-calibrated AWQ on the same items
     assert awq.calib_effect_vs == "awq-w4a16-en100" and awq_en.calib_effect_vs is None
-    effect = compare("awq-w4a16-en100", "awq-w4a16-ko70", items[("awq-w4a16-en100", "kmmlu")],
-                     items[("awq-w4a16-ko70", "kmmlu")])  # fmt: skip
+    effect = compare(
+        "awq-w4a16-en100",
+        "awq-w4a16-ko70",
+        items[("awq-w4a16-en100", "kmmlu")],
+        items[("awq-w4a16-ko70", "kmmlu")],
+    )
     assert awq.kmmlu_calib_effect == pytest.approx(effect.delta, abs=1e-6)
     assert awq.kmmlu_calib_effect_mde == pytest.approx(effect.mde, abs=1e-6)
     assert awq.mmlu_calib_effect is not None and awq_en.mmlu_calib_effect is None
@@ -132,8 +136,10 @@ def test_eval_builds_serves_scores_ranks_and_resumes(
     def rtn_fits_nowhere(*args: Any) -> PlacementPlan:
         planned = real_place(*args)
         why = "not scored: does not fit this machine's GPUs"
-        moved = [p.model_copy(update={"score": None, "reason": why}) if p.checkpoint == "w4a16-rtn" else p
-                 for p in planned.checkpoints]  # fmt: skip
+        moved = [
+            p.model_copy(update={"score": None, "reason": why}) if p.checkpoint == "w4a16-rtn" else p
+            for p in planned.checkpoints
+        ]
         return planned.model_copy(update={"checkpoints": moved})
 
     monkeypatch.setattr(config, "place", rtn_fits_nowhere)
@@ -154,10 +160,15 @@ def test_ko_rag_beside_a_quantized_checkpoint_gets_paired_deltas_in_its_row(
 
     write_jsonl(tmp_path / "rag" / "docs.jsonl", DOCS)
     write_jsonl(tmp_path / "rag" / "questions.jsonl", QUESTIONS)
-    cfg = matrix_run.cfg.model_copy(update={
-        "schemes": ("bf16", "w4a16-rtn"), "tasks": ("kmmlu", "ko_rag"), "run": "rag",
-        "rag_data": str(tmp_path / "rag"), "rag_conditions": ("retrieved", "closed_book"),
-    })  # fmt: skip
+    cfg = matrix_run.cfg.model_copy(
+        update={
+            "schemes": ("bf16", "w4a16-rtn"),
+            "tasks": ("kmmlu", "ko_rag"),
+            "run": "rag",
+            "rag_data": str(tmp_path / "rag"),
+            "rag_conditions": ("retrieved", "closed_book"),
+        }
+    )
     board = run_eval(cfg, matrix_run.ws, lambda what, done, total: None)
     base, rtn = read_leaderboard(board)
     assert base.ko_rag_f1_1k is not None and base.ko_rag_f1_delta_1k is None  # the base is not compared
@@ -202,8 +213,13 @@ def test_load_stage_puts_capacity_in_the_row(
 ) -> None:
     write_sources(workspace)
     cfg = EvalConfig(
-        model=str(tiny_model_dir), schemes=("bf16",), limit=8, profile="cpu-ci", load=True, load_duration_s=3,
-    )  # fmt: skip
+        model=str(tiny_model_dir),
+        schemes=("bf16",),
+        limit=8,
+        profile="cpu-ci",
+        load=True,
+        load_duration_s=3,
+    )
     stages: list[str] = []
     board = run_eval(cfg, workspace, lambda what, done, total: stages.append(what))
     [row] = read_leaderboard(board)

@@ -144,8 +144,12 @@ def test_tensor_parallel_that_does_not_divide_the_heads_and_offload_on_cpu_are_r
 
 def test_aliases_name_the_cards_people_say() -> None:
     assert [gpu_named(n).name for n in ("4090", "RTX4090", "h100", "a100", "a100-40g")] == [
-        "rtx4090", "rtx4090", "h100-80g", "a100-80g", "a100-40g"
-    ]  # fmt: skip
+        "rtx4090",
+        "rtx4090",
+        "h100-80g",
+        "a100-80g",
+        "a100-40g",
+    ]
 
 
 def test_a_profile_without_offload_keys_as_before() -> None:

@@ -1,16 +1,11 @@
 """Scheme registry errors (fast) and real builds of the tiny model (slow): llmcompressor, autoawq,
-vLLM loading every scheme, killed builds, and extra checkpoints in a real `make eval` matrix."""
+vLLM loading every scheme, and extra checkpoints in a real `make eval` matrix."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +15,7 @@ from evals.reporting.leaderboard import read_leaderboard
 from evals.serving import hardware
 from kqe.core.errors import UserError
 from kqe.core.eval_config import EvalConfig
-from kqe.core.io import read_record, sha256_file, write_record
+from kqe.core.io import read_record, sha256_file
 from kqe.core.modelstore import LocalModel
 from kqe.core.records import CalibrationSet, Checkpoint
 from kqe.core.results import RunSummary
@@ -29,7 +24,7 @@ from kqe.pipeline.run import run_eval
 from quantize import build, dequantize
 from quantize.build import CHECKPOINT_RECORD, build_checkpoint
 from quantize.schemes import AwqW4A16Recipe, recipe_for
-from tests.helpers.scheme_builds import BUILT, HAS_AUTOAWQ, load_in_engine
+from tests.helpers.scheme_builds import BUILT, HAS_AUTOAWQ, load_in_engine, loads_and_runs, quant_config
 from tests.helpers.serve_env import needs_serve_env, w4a16_serving_here
 from tests.helpers.sources import write_offline_sources, write_sources
 
@@ -89,25 +84,10 @@ def test_group_size_error_comes_before_any_child(
         build_checkpoint(workspace, LocalModel("tiny", tiny_model_dir), "w4a16-rtn", recipe, None)
 
 
-def _quant_config(ckpt: Checkpoint) -> dict:
-    return json.loads((Path(ckpt.path) / "config.json").read_text(encoding="utf-8"))["quantization_config"]
-
-
-def _loads_and_runs(directory: Path) -> None:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.bfloat16)
-    ids = AutoTokenizer.from_pretrained(directory)("대한민국은 민주공화국이다.", return_tensors="pt")
-    with torch.no_grad():
-        logits = model(**ids).logits
-    assert logits.shape[-1] == 1024 and torch.isfinite(logits.float()).all()
-
-
 @pytest.mark.slow
 def test_awq_checkpoint_is_pack_quantized_and_loads(built: dict) -> None:
     ckpt, base, calib = built["ckpts"]["awq-w4a16"], built["ckpts"]["bf16"], built["calib"]
-    quant = _quant_config(ckpt)
+    quant = quant_config(ckpt)
     weights = quant["config_groups"]["group_0"]["weights"]
     assert quant["format"] == "pack-quantized" and quant["ignore"] == ["lm_head"]
     assert (weights["num_bits"], weights["group_size"], weights["strategy"]) == (4, 128, "group")
@@ -119,7 +99,7 @@ def test_awq_checkpoint_is_pack_quantized_and_loads(built: dict) -> None:
     report = json.loads((Path(ckpt.path) / "kqe-oneshot.json").read_text(encoding="utf-8"))
     assert report["calibration_samples"] == calib.samples
     assert report["awq_smoothed"], "AWQ smoothed nothing"
-    _loads_and_runs(Path(ckpt.path))
+    loads_and_runs(Path(ckpt.path))
 
 
 def _codes(packed: torch.Tensor) -> torch.Tensor:
@@ -140,7 +120,7 @@ def test_a_float32_calibrated_build_is_its_own_and_saves_bfloat16(built: dict, t
     ckpt = build_checkpoint(ws, base, "awq-w4a16", recipe, calib, name="awq-w4a16-ko100", dtype="float32")
     assert ckpt.build_dtype == "float32" and bf16_build.build_dtype == "bfloat16"
     assert ckpt.key != bf16_build.key and ckpt.path != bf16_build.path
-    assert _quant_config(ckpt) == _quant_config(bf16_build)
+    assert quant_config(ckpt) == quant_config(bf16_build)
     with (
         safe_open(Path(ckpt.path) / "model.safetensors", "pt") as mine,
         safe_open(Path(bf16_build.path) / "model.safetensors", "pt") as theirs,
@@ -152,20 +132,20 @@ def test_a_float32_calibrated_build_is_its_own_and_saves_bfloat16(built: dict, t
             assert tensor.dtype == other.dtype, name
             if name.endswith("weight_packed"):  # AWQ's scale search may choose a little differently
                 assert (_codes(tensor) == _codes(other)).float().mean() > 0.75, name
-    _loads_and_runs(Path(ckpt.path))
+    loads_and_runs(Path(ckpt.path))
 
 
 @pytest.mark.slow
 def test_fp8_checkpoint_is_float_quantized_and_loads(built: dict) -> None:
     ckpt, base = built["ckpts"]["fp8-dynamic"], built["ckpts"]["bf16"]
-    quant = _quant_config(ckpt)
+    quant = quant_config(ckpt)
     group = quant["config_groups"]["group_0"]
     assert quant["format"] == "float-quantized"
     assert group["weights"]["type"] == "float" and group["weights"]["num_bits"] == 8
     assert group["input_activations"]["dynamic"] is True
     assert ckpt.calibration_hash is None and 0 < ckpt.disk_bytes < base.disk_bytes
     assert math.isfinite(ckpt.wall_s) and ckpt.peak_rss_bytes > 0
-    _loads_and_runs(Path(ckpt.path))
+    loads_and_runs(Path(ckpt.path))
 
 
 @pytest.mark.slow
@@ -178,12 +158,12 @@ def test_every_scheme_writes_its_format_and_manifest(built: dict) -> None:
         "w8a8-int8": ("compressed-tensors", "int-quantized"),
     }
     for scheme, (method, fmt) in formats.items():
-        quant = _quant_config(ckpts[scheme])
+        quant = quant_config(ckpts[scheme])
         assert (quant["quant_method"], quant["format"]) == (method, fmt), scheme
-    static = _quant_config(ckpts["fp8-static"])["config_groups"]["group_0"]["input_activations"]
+    static = quant_config(ckpts["fp8-static"])["config_groups"]["group_0"]["input_activations"]
     assert static["dynamic"] is False and static["strategy"] == "tensor"
     if HAS_AUTOAWQ:
-        awq = _quant_config(ckpts["autoawq-w4a16"])
+        awq = quant_config(ckpts["autoawq-w4a16"])
         assert (awq["quant_method"], awq["version"], awq["bits"], awq["zero_point"]) == (
             "awq",
             "gemm",
@@ -301,99 +281,6 @@ def test_a_failing_child_names_the_error_and_the_log(
     assert not list(ws.checkpoints("tiny").glob(".*.tmp"))
 
 
-# --- killed builds ---------------------------------------------------------------------------
-
-_BUILD_IN_CHILD = """
-import sys
-from pathlib import Path
-from kqe.core.modelstore import LocalModel
-from kqe.core.workspace import Workspace
-from quantize.build import build_checkpoint
-from quantize.schemes import recipe_for
-ws = Workspace(root=Path(sys.argv[1]), cache=Path(sys.argv[2]), serve_venv=Path(sys.argv[3]))
-build_checkpoint(ws, LocalModel("tiny", Path(sys.argv[4])), "w4a16-rtn", recipe_for("w4a16-rtn"), None)
-"""
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    found.append(int(entry.name))
-            except (OSError, ValueError, IndexError):
-                continue
-    return found
-
-
-def _start_build(ws: Workspace, base: Path) -> tuple[subprocess.Popen[str], int]:
-    """A build in its own process (the `kqe` parent); returns it and its quantization child's pid."""
-    args = [str(ws.root), str(ws.cache), str(ws.serve_venv), str(base)]
-    parent = subprocess.Popen(
-        [sys.executable, "-c", _BUILD_IN_CHILD, *args], cwd=REPO, stderr=subprocess.PIPE, text=True
-    )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        children = _children(parent.pid)
-        if children and parent.poll() is None:
-            return parent, children[0]
-        time.sleep(0.05)
-    parent.kill()
-    raise AssertionError("the build never started its child")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-@pytest.mark.slow
-def test_a_killed_build_leaves_nothing_a_later_build_trusts(tiny_model_dir: Path, tmp_path: Path) -> None:
-    ws = Workspace(root=tmp_path / "project", cache=tmp_path / "cache", serve_venv=REPO / ".venv-serve")
-    root = ws.checkpoints("tiny")
-
-    # 1. the quantization child is killed (as by the OOM killer): the build fails, nothing is left
-    parent, child = _start_build(ws, tiny_model_dir)
-    os.kill(child, signal.SIGKILL)
-    _, stderr = parent.communicate(timeout=60)
-    assert parent.returncode != 0 and "killed by SIGKILL (out of memory?)" in stderr
-    assert not [p for p in root.iterdir() if p.is_dir()]
-
-    # 2. the parent is killed mid-build: its child dies with it and only a hidden .tmp remains
-    parent, child = _start_build(ws, tiny_model_dir)
-    parent.kill()
-    parent.wait()
-    deadline = time.monotonic() + 10
-    while _alive(child) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(child), "the quantization child outlived its killed parent"
-    leftovers = [p for p in root.iterdir() if p.is_dir()]
-    assert leftovers and all(p.name.startswith(".w4a16-rtn-") and p.name.endswith(".tmp") for p in leftovers)
-
-    # 3. a half-written folder under the final name, even with a record, is not trusted
-    key = leftovers[0].name.split("-")[-1].split(".")[0]
-    final = root / f"w4a16-rtn-{key}"
-    shutil.copytree(tiny_model_dir, final)
-    config = json.loads((final / "config.json").read_text())
-    quant = {"quant_method": "compressed-tensors", "format": "pack-quantized"}
-    (final / "config.json").write_text(json.dumps(config | {"quantization_config": quant}))
-    weights = final / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[:1000])
-    fake = build_checkpoint(ws, LocalModel("tiny", tiny_model_dir), "bf16", recipe_for("bf16"), None)
-    write_record(final / CHECKPOINT_RECORD, fake.model_copy(update={"key": key, "scheme": "w4a16-rtn"}))
-
-    ckpt = build_checkpoint(
-        ws, LocalModel("tiny", tiny_model_dir), "w4a16-rtn", recipe_for("w4a16-rtn"), None
-    )
-    assert ckpt.key == key and Path(ckpt.path) == final and ckpt.wall_s > 0
-    assert _quant_config(ckpt)["format"] == "pack-quantized" and ckpt.linear_bits
-    assert not list(root.glob(".*.tmp"))
-    _loads_and_runs(final)
-
-
 # --- extra checkpoints in the matrix -------------------------------------------------------------
 
 
@@ -413,9 +300,13 @@ def test_extra_checkpoints_are_scored_refused_or_failed_in_the_matrix(
     shutil.copytree(built["ckpts"]["w4a16-rtn"].path, extras["broken"])
     (extras["broken"] / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{")
     cfg = EvalConfig(
-        model=str(tiny_model_dir), schemes=("bf16",), tasks=("mmlu",), limit=8, profile="cpu-ci",
+        model=str(tiny_model_dir),
+        schemes=("bf16",),
+        tasks=("mmlu",),
+        limit=8,
+        profile="cpu-ci",
         extra=tuple(str(path) for path in extras.values()),
-    )  # fmt: skip
+    )
 
     board = run_eval(cfg, workspace, lambda what, done, total: None)
 
@@ -435,23 +326,3 @@ def test_extra_checkpoints_are_scored_refused_or_failed_in_the_matrix(
     summary = read_record(board.parent / "run.json", RunSummary)
     assert {"ext-broken"} <= set(summary.failures) <= {"ext-static-fp8", "ext-broken"}
     assert "--extra" in summary.command and str(extras["hub-awq"]) in summary.command
-
-
-def test_a_build_reports_the_layer_groups_its_child_has_done(tmp_path: Path) -> None:
-    from quantize.build_process import run_child
-    from quantize.llmcompressor_child import OneshotJob
-
-    job = OneshotJob(
-        base_dir="/x",
-        out_dir=str(tmp_path),
-        scheme="awq-w4a16",
-        recipe={},
-        calibration_path=None,
-        seq_len=None,
-        dtype="bfloat16",
-    )
-    seen: list[tuple[int, int]] = []
-    status, _ = run_child("tests.fake_build_child", job, tmp_path / "build.log", lambda *p: seen.append(p))
-    assert status == 0
-    assert seen and seen == sorted(seen) and {total for _, total in seen} == {3}
-    assert (1, 3) in seen or (2, 3) in seen  # groups under way were reported while it ran

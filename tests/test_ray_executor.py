@@ -113,9 +113,12 @@ def ray_worker_of(checkpoint: str, ws: Workspace) -> tuple[int, int] | None:
 
 
 def test_ray_matrix_equals_local_item_by_item_and_survives_a_killed_worker(
-    matrix_run: MatrixRun, tiny_model_dir: Path, tmp_path: Path, cluster: Cluster,
+    matrix_run: MatrixRun,
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    cluster: Cluster,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     """test_pipeline's four-checkpoint matrix, two at a time on Ray, against its local run."""
     ws = Workspace(root=tmp_path / "project", cache=tmp_path / "cache", serve_venv=REPO / ".venv-serve")
     ws.root.mkdir()
@@ -127,9 +130,11 @@ def test_ray_matrix_equals_local_item_by_item_and_survives_a_killed_worker(
     killer.start()
     seen: list[tuple[float, str]] = []
     board = run_eval(
-        matrix_run.cfg, ws, lambda what, done, total: seen.append((time.monotonic(), what)),
+        matrix_run.cfg,
+        ws,
+        lambda what, done, total: seen.append((time.monotonic(), what)),
         RayExecutor(address=cluster.address),
-    )  # fmt: skip
+    )
     killer.join(timeout=1)
 
     assert killed, "the worker scoring w4a16-rtn was never found"
@@ -181,9 +186,14 @@ def test_ctrl_c_on_the_driver_leaves_no_ray_task_and_no_vllm_server(
     stderr = tmp_path / "eval.err"
     with stderr.open("wb") as err:
         process = subprocess.Popen(
-            command, cwd=ws.root, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
+            command,
+            cwd=ws.root,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
             preexec_fn=as_from_a_terminal,
-        )  # fmt: skip
+        )
     run = Run(process, stderr)
     run.wait_for("8 bf16 items", lambda: any(len(i) >= 8 for i in chain_items(chain, "bf16")), timeout_s=600)
     assert any("vllm" in line for line in chain.processes())

@@ -91,9 +91,15 @@ def test_registry_holds_the_models_with_hub_ids_and_the_offline_default() -> Non
 def test_registry_parameter_counts_agree_with_the_architecture(name: str) -> None:
     spec = load_registry()[name]
     count = dense_param_count(
-        layers=spec.layers, hidden=spec.hidden, intermediate=spec.intermediate, heads=spec.heads,
-        kv_heads=spec.kv_heads, head_dim=spec.head_dim, vocab=spec.vocab, tied=spec.tied_embeddings,
-    )  # fmt: skip
+        layers=spec.layers,
+        hidden=spec.hidden,
+        intermediate=spec.intermediate,
+        heads=spec.heads,
+        kv_heads=spec.kv_heads,
+        head_dim=spec.head_dim,
+        vocab=spec.vocab,
+        tied=spec.tied_embeddings,
+    )
     assert count / 1e9 == pytest.approx(spec.params_b, rel=0.005)
 
 

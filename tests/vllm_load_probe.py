@@ -25,9 +25,14 @@ def main(paths: list[str]) -> None:
         llm = None
         try:
             llm = LLM(
-                model=path, dtype="bfloat16", enforce_eager=True, max_model_len=256, max_num_seqs=2,
-                kv_cache_memory_bytes=64 * 2**20, seed=0,
-            )  # fmt: skip
+                model=path,
+                dtype="bfloat16",
+                enforce_eager=True,
+                max_model_len=256,
+                max_num_seqs=2,
+                kv_cache_memory_bytes=64 * 2**20,
+                seed=0,
+            )
             # no progress bar: with TQDM_DISABLE set, vLLM 0.32 divides by its zero elapsed time
             params = SamplingParams(max_tokens=2, temperature=0)
             out = llm.generate(["대한민국은 민주공화국이다."], params, use_tqdm=False)

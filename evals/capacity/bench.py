@@ -79,22 +79,58 @@ def level_timeout_s(num_prompts: int, rate_per_s: float, settings: BenchSettings
 
 
 def bench_argv(
-    vllm_bin: Path, endpoint: Endpoint, workload: WorkloadFile, concurrency: int, num_prompts: int,
-    slo: Slo, result: Path, seed: int,
-) -> list[str]:  # fmt: skip
+    vllm_bin: Path,
+    endpoint: Endpoint,
+    workload: WorkloadFile,
+    concurrency: int,
+    num_prompts: int,
+    slo: Slo,
+    result: Path,
+    seed: int,
+) -> list[str]:
     """The `vllm bench serve` command of one level (the API key travels in the environment)."""
     return [
-        str(vllm_bin), "bench", "serve", "--backend", "vllm", "--base-url", endpoint.base_url,
-        "--model", endpoint.model(), "--tokenizer", str(workload.tokenizer_dir),
-        "--dataset-name", "custom", "--dataset-path", str(workload.path), "--skip-chat-template",
-        "--custom-output-len", str(workload.max_tokens), "--ignore-eos",
-        "--num-prompts", str(num_prompts), "--max-concurrency", str(concurrency),
-        "--request-rate", "inf", "--seed", str(seed), "--disable-tqdm",
-        "--percentile-metrics", ",".join(PERCENTILE_METRICS),
-        "--metric-percentiles", ",".join(map(str, PERCENTILES)),
-        "--goodput", f"ttft:{slo.ttft_ms:g}", f"tpot:{slo.tpot_ms:g}",
-        "--save-result", "--result-dir", str(result.parent), "--result-filename", result.name,
-    ]  # fmt: skip
+        str(vllm_bin),
+        "bench",
+        "serve",
+        "--backend",
+        "vllm",
+        "--base-url",
+        endpoint.base_url,
+        "--model",
+        endpoint.model(),
+        "--tokenizer",
+        str(workload.tokenizer_dir),
+        "--dataset-name",
+        "custom",
+        "--dataset-path",
+        str(workload.path),
+        "--skip-chat-template",
+        "--custom-output-len",
+        str(workload.max_tokens),
+        "--ignore-eos",
+        "--num-prompts",
+        str(num_prompts),
+        "--max-concurrency",
+        str(concurrency),
+        "--request-rate",
+        "inf",
+        "--seed",
+        str(seed),
+        "--disable-tqdm",
+        "--percentile-metrics",
+        ",".join(PERCENTILE_METRICS),
+        "--metric-percentiles",
+        ",".join(map(str, PERCENTILES)),
+        "--goodput",
+        f"ttft:{slo.ttft_ms:g}",
+        f"tpot:{slo.tpot_ms:g}",
+        "--save-result",
+        "--result-dir",
+        str(result.parent),
+        "--result-filename",
+        result.name,
+    ]
 
 
 def bench_env(endpoint: Endpoint, on_gpu: bool) -> dict[str, str]:
@@ -128,9 +164,14 @@ class BenchTarget:
 
 
 def run_level(
-    target: BenchTarget, workload: WorkloadFile, concurrency: int, num_prompts: int, slo: Slo, seed: int,
+    target: BenchTarget,
+    workload: WorkloadFile,
+    concurrency: int,
+    num_prompts: int,
+    slo: Slo,
+    seed: int,
     timeout_s: float,
-) -> BenchLevel:  # fmt: skip
+) -> BenchLevel:
     """One `vllm bench serve` run and the server's counters around it; UserError when it fails."""
     before = _metrics(target.endpoint)
     with tempfile.TemporaryDirectory(prefix="kqe-bench-") as folder:
@@ -140,9 +181,13 @@ def run_level(
         )
         try:
             done = subprocess.run(
-                argv, env=bench_env(target.endpoint, target.on_gpu), capture_output=True, text=True,
-                timeout=timeout_s, check=False,
-            )  # fmt: skip
+                argv,
+                env=bench_env(target.endpoint, target.on_gpu),
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                check=False,
+            )
         except subprocess.TimeoutExpired:
             raise UserError(
                 f"vllm bench serve at concurrency {concurrency} ran past {timeout_s:.0f} s: lower the time "
@@ -173,9 +218,13 @@ def check_bench_client(target: BenchTarget) -> None:
 
 
 def run_levels(
-    target: BenchTarget, source: PromptSource, folder: Path, settings: BenchSettings, slo: Slo,
+    target: BenchTarget,
+    source: PromptSource,
+    folder: Path,
+    settings: BenchSettings,
+    slo: Slo,
     progress: Callable[[int, int], None] | None = None,
-) -> tuple[WorkloadFile, list[BenchLevel]]:  # fmt: skip
+) -> tuple[WorkloadFile, list[BenchLevel]]:
     """A probe of PROBE_PROMPTS requests one at a time, then each level in ascending order, each sized
     to the budget at the rate the level before reached and sent prompts no run before it sent."""
     check_bench_client(target)
@@ -199,10 +248,14 @@ def run_levels(
 
 
 def measure_capacity(
-    target: BenchTarget, source: PromptSource, settings: BenchSettings, slo: Slo,
-    profile: ServeProfile | None, engine_version: str,
+    target: BenchTarget,
+    source: PromptSource,
+    settings: BenchSettings,
+    slo: Slo,
+    profile: ServeProfile | None,
+    engine_version: str,
     progress: Callable[[int, int], None] | None = None,
-) -> CapacityReport:  # fmt: skip
+) -> CapacityReport:
     """Every level of `settings` against `target` with `source`'s prompts, as one record."""
     with tempfile.TemporaryDirectory(prefix="kqe-workload-") as folder:
         workload, levels = run_levels(target, source, Path(folder), settings, slo, progress)

@@ -71,10 +71,16 @@ def served_model(endpoint: Endpoint) -> tuple[str, int]:
 
 
 def _measure(
-    ws: Workspace, endpoint: Endpoint, tokenizer_dir: Path, spec: WorkloadSpec, max_model_len: int,
-    settings: BenchSettings, slo: Slo, profile: ServeProfile | None,
+    ws: Workspace,
+    endpoint: Endpoint,
+    tokenizer_dir: Path,
+    spec: WorkloadSpec,
+    max_model_len: int,
+    settings: BenchSettings,
+    slo: Slo,
+    profile: ServeProfile | None,
     progress: Callable[[int, int], None] | None,
-) -> CapacityReport:  # fmt: skip
+) -> CapacityReport:
     prompt_tokens = prompt_budget(spec.workload, max_model_len, spec.max_tokens, spec.rag_prompt_tokens)
     on_gpu = hardware.local_device(ws.serve_venv).engine == "gpu"
     target = BenchTarget(endpoint, check_serve_env(ws), on_gpu)
@@ -85,9 +91,13 @@ def _measure(
 
 
 def measure_running(
-    ws: Workspace, endpoint: Endpoint, tokenizer_dir: Path, spec: WorkloadSpec, settings: BenchSettings,
+    ws: Workspace,
+    endpoint: Endpoint,
+    tokenizer_dir: Path,
+    spec: WorkloadSpec,
+    settings: BenchSettings,
     slo: Slo,
-) -> CapacityReport:  # fmt: skip
+) -> CapacityReport:
     """Capacity of a server already running on this machine (`--url`)."""
     name, max_model_len = served_model(endpoint)
     endpoint = Endpoint(endpoint.base_url, endpoint.api_key, name)
@@ -95,9 +105,13 @@ def measure_running(
 
 
 def measure_server(
-    ws: Workspace, server: VllmServer, spec: WorkloadSpec, settings: BenchSettings, slo: Slo,
+    ws: Workspace,
+    server: VllmServer,
+    spec: WorkloadSpec,
+    settings: BenchSettings,
+    slo: Slo,
     progress: Callable[[int, int], None] | None = None,
-) -> CapacityReport:  # fmt: skip
+) -> CapacityReport:
     """Capacity of a server the suite started, under its profile."""
     profile = server.profile
     return _measure(
@@ -112,9 +126,16 @@ def flipped(profile: ServeProfile, option: AbOption) -> ServeProfile:
 
 
 def measure_ab(
-    ws: Workspace, model_dir: Path, served_name: str, profile: ServeProfile, option: AbOption,
-    spec: WorkloadSpec, settings: BenchSettings, slo: Slo, log_dir: Path,
-) -> AbReport:  # fmt: skip
+    ws: Workspace,
+    model_dir: Path,
+    served_name: str,
+    profile: ServeProfile,
+    option: AbOption,
+    spec: WorkloadSpec,
+    settings: BenchSettings,
+    slo: Slo,
+    log_dir: Path,
+) -> AbReport:
     """Serve the checkpoint with `option` on, then off, and measure both the same way."""
     field = "enable_prefix_caching" if option == "prefix-caching" else "enforce_eager"
     arms: dict[bool, CapacityReport] = {}
@@ -126,6 +147,10 @@ def measure_ab(
             memory[state] = server.memory()
             arms[state] = measure_server(ws, server, spec, settings, slo)
     return AbReport(
-        option=option, guide_claim=GUIDE_CLAIMS[option], on=arms[True], off=arms[False],
-        on_memory=memory[True], off_memory=memory[False],
-    )  # fmt: skip
+        option=option,
+        guide_claim=GUIDE_CLAIMS[option],
+        on=arms[True],
+        off=arms[False],
+        on_memory=memory[True],
+        off_memory=memory[False],
+    )

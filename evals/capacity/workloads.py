@@ -160,9 +160,13 @@ class PromptSource:
 
 
 def prompt_source(
-    tokenizer_dir: Path, texts: Mapping[str, str], workload: Workload, prompt_tokens: int, max_tokens: int,
+    tokenizer_dir: Path,
+    texts: Mapping[str, str],
+    workload: Workload,
+    prompt_tokens: int,
+    max_tokens: int,
     seed: int,
-) -> PromptSource:  # fmt: skip
+) -> PromptSource:
     """The prompts of `workload`, `prompt_tokens` tokens each, cut from `texts` with `tokenizer_dir`'s
     tokenizer."""
     from transformers import AutoTokenizer

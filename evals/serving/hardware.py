@@ -90,8 +90,11 @@ def _cpu_verdict(facts: QuantFacts, dtype: str, kernels: CpuKernels | None) -> V
                 "timeout) and torch's own FP8 code is no faster: score FP8 on a GPU",
             )
         if kernels is not None and kernels.fp8_path == "torch":
-            return Verdict(True, "native, FP8 products through torch's own code (oneDNN's is its "
-                           f"reference code on this CPU, {kernels.fp8_slowdown:,.0f}× bfloat16)")  # fmt: skip
+            return Verdict(
+                True,
+                "native, FP8 products through torch's own code (oneDNN's is its "
+                f"reference code on this CPU, {kernels.fp8_slowdown:,.0f}× bfloat16)",
+            )
         return Verdict(True, "native")
     if facts.weight_type == "int" and facts.act_bits is None:
         if kernels is not None and not kernels.w4a16:
@@ -110,9 +113,10 @@ def _dequantized(facts: QuantFacts, why: str) -> Verdict:
     if facts.dequantizable:
         return Verdict(True, f"dequantized: {why}; memory planned for the {facts.label} format", True)
     return Verdict(
-        False, f"not servable here: {why}, and kqe dequantizes only compressed-tensors pack-quantized "
+        False,
+        f"not servable here: {why}, and kqe dequantizes only compressed-tensors pack-quantized "
         f"and awq gemm checkpoints, not {facts.method} {facts.layout or ''}".rstrip(),
-    )  # fmt: skip
+    )
 
 
 def _min_capability(facts: QuantFacts) -> float | None:
@@ -140,9 +144,10 @@ def _gpu_verdict(facts: QuantFacts, device: Device, dtype: str) -> Verdict:
         return Verdict(True, f"unchecked: {facts.method} is not in kqe's table, vLLM decides at start")
     if cc < needed:
         return Verdict(
-            False, f"not servable here: vLLM's {facts.label} kernels need SM ≥ {needed:.1f}, {device.name} "
+            False,
+            f"not servable here: vLLM's {facts.label} kernels need SM ≥ {needed:.1f}, {device.name} "
             f"is SM {cc:.1f}",
-        )  # fmt: skip
+        )
     if facts.weight_type == "float" and facts.act_bits is not None and cc < 8.9:
         return Verdict(
             True,

@@ -69,8 +69,10 @@ def _mmmlu_subject(raw: str) -> str:
 def mmmlu_row(raw: Row) -> Row:
     """One MMMLU CSV row in the MMLU family's fields (`answer` 0-based)."""
     if raw["Answer"] not in LETTERS:
-        raise UserError(f"MMMLU row {raw['Question'][:40]!r}: Answer {raw['Answer']!r} is not A-D: is this "
-                        f"{MMMLU_HUB} {MMMLU_KO_FILE}?")  # fmt: skip
+        raise UserError(
+            f"MMMLU row {raw['Question'][:40]!r}: Answer {raw['Answer']!r} is not A-D: is this "
+            f"{MMMLU_HUB} {MMMLU_KO_FILE}?"
+        )
     return {
         "subject": _mmmlu_subject(raw["Subject"]),
         "question": raw["Question"],
@@ -116,12 +118,16 @@ def check_pairs(korean: list[Row], english: list[Row], what: str) -> None:
         per_subject[key.split("/")[0]][1] += 1
     for subject, (n_ko, n_en) in sorted(per_subject.items()):
         if n_ko != n_en:
-            raise UserError(f"{what}: {subject} has {n_ko} Korean and {n_en} English items: not matched item "
-                            "for item; check both files are the pinned revisions")  # fmt: skip
+            raise UserError(
+                f"{what}: {subject} has {n_ko} Korean and {n_en} English items: not matched item "
+                "for item; check both files are the pinned revisions"
+            )
     differing = sorted(key for key in ko if ko[key] != en[key])
     if differing:
-        raise UserError(f"{what}: {len(differing)} matched items differ in their answer (first "
-                        f"{differing[0]}): the files are not aligned item for item")  # fmt: skip
+        raise UserError(
+            f"{what}: {len(differing)} matched items differ in their answer (first "
+            f"{differing[0]}): the files are not aligned item for item"
+        )
 
 
 def _mmlu_rows(where: Path | str, task: str, cache: Path) -> list[Row]:
@@ -146,8 +152,16 @@ def mmlu_en_source(ws: Workspace, online: bool) -> Source:
     where = locate(ws, MMLU_HUB, [MMLU_TEST_FILES], online)
     load = functools.partial(_offline_of, _mmlu_rows, where, cache=ws.cache / "hf-datasets")
     hub = where if isinstance(where, str) else None
-    return Source("MMLU test (parallel to MMMLU KO_KR)", _where(where), _identity(where, [MMLU_TEST_FILES]),
-                  "same", True, None, hub, load)  # fmt: skip
+    return Source(
+        "MMLU test (parallel to MMMLU KO_KR)",
+        _where(where),
+        _identity(where, [MMLU_TEST_FILES]),
+        "same",
+        True,
+        None,
+        hub,
+        load,
+    )
 
 
 def mmmlu_ko_source(ws: Workspace, online: bool) -> Source:
@@ -163,8 +177,9 @@ def mmmlu_ko_source(ws: Workspace, online: bool) -> Source:
 
     identity = f"{_identity(korean, [MMMLU_KO_FILE])}+{_identity(english, [MMLU_TEST_FILES])}"
     hub = korean if isinstance(korean, str) else None
-    return Source("MMMLU KO_KR test (parallel to MMLU)", _where(korean), identity, "same", True, None, hub,
-                  load)  # fmt: skip
+    return Source(
+        "MMMLU KO_KR test (parallel to MMLU)", _where(korean), identity, "same", True, None, hub, load
+    )
 
 
 def _belebele_rows(where: Path | str, language: str, task: str, cache: Path) -> list[Row]:

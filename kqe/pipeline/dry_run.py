@@ -35,13 +35,19 @@ def describe(cfg: EvalConfig, plan: RunPlan, ws: Workspace) -> dict[str, Any]:
     return {
         "model": plan.spec.name,
         "device": plan.placement.device,
-        "target": None if target is None else {
-            "gpu": target.gpu, "label": target.label, "gpu_gib": target.gpu_gib, "count": target.count,
-            "profile": target.profile.name, "profile_key": target.profile.key,
+        "target": None
+        if target is None
+        else {
+            "gpu": target.gpu,
+            "label": target.label,
+            "gpu_gib": target.gpu_gib,
+            "count": target.count,
+            "profile": target.profile.name,
+            "profile_key": target.profile.key,
         },
         "items": item_plan,
         "checkpoints": [_checkpoint(p, mixes.get(p.checkpoint), stages, items) for p in placements],
-    }  # fmt: skip
+    }
 
 
 def _items(cfg: EvalConfig, ws: Workspace) -> dict[str, Any]:
@@ -50,37 +56,52 @@ def _items(cfg: EvalConfig, ws: Workspace) -> dict[str, Any]:
     sources = prompts.task_sources(ws, choice_tasks, cfg.items.online) if choice_tasks else {}
     tasks = [
         {
-            "task": task, "set": source.name, "where": source.where, "full": source.full,
-            "source_items": source.items, "download": source.hub,
+            "task": task,
+            "set": source.name,
+            "where": source.where,
+            "full": source.full,
+            "source_items": source.items,
+            "download": source.hub,
             "scored": item_sets.scored_items(source, cfg.limit),
         }
         for task, source in sources.items()
-    ]  # fmt: skip
+    ]
     return {
-        "online": cfg.items.online, "why": cfg.items.why, "limit": cfg.limit, "tasks": tasks,
+        "online": cfg.items.online,
+        "why": cfg.items.why,
+        "limit": cfg.limit,
+        "tasks": tasks,
         "lines": item_sets.announce(ws, list(cfg.tasks), cfg.items, cfg.limit, resolution.unresolved),
-    }  # fmt: skip
+    }
 
 
 def _checkpoint(placement: Placement, mix: str | None, stages: Path, items: int | None) -> dict[str, Any]:
     planned, score = placement.target_plan, placement.score
     rate = _measured_rate(stages, placement.checkpoint, score.profile.key) if score else None
     return {
-        "name": placement.checkpoint, "scheme": placement.scheme, "calibration": mix or "none",
-        "fits_target": placement.fits_target, "pattern": planned.pattern if planned else None,
-        "shortfall_gib": placement.shortfall_gib, "memory_source": placement.memory_source,
+        "name": placement.checkpoint,
+        "scheme": placement.scheme,
+        "calibration": mix or "none",
+        "fits_target": placement.fits_target,
+        "pattern": planned.pattern if planned else None,
+        "shortfall_gib": placement.shortfall_gib,
+        "memory_source": placement.memory_source,
         "weights_gib": planned.weights_gib if planned else None,
         "kv_cache_tokens": planned.kv_cache_tokens if planned else None,
         "max_concurrency": planned.max_concurrency if planned else None,
-        "score_placement": None if score is None else {
-            "profile": score.profile.name, "device": score.device,
+        "score_placement": None
+        if score is None
+        else {
+            "profile": score.profile.name,
+            "device": score.device,
             "tensor_parallel_size": score.profile.tensor_parallel_size,
-            "cpu_offload_gib": score.profile.cpu_offload_gib, "why": score.why,
+            "cpu_offload_gib": score.profile.cpu_offload_gib,
+            "why": score.why,
         },
         "not_scored": placement.reason,
         "items_per_s": rate,
         "scoring_s": round(items / rate) if items and rate else None,
-    }  # fmt: skip
+    }
 
 
 def _measured_rate(stages: Path, checkpoint: str, profile_key: str) -> float | None:

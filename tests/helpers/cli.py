@@ -22,9 +22,13 @@ def run_kqe(
     """`python -m kqe.cli ARGS` in `cwd` with `home` as KQE_HOME: the entry point a user runs."""
     env = {**os.environ, "KQE_HOME": str(home), "KQE_SERVE_VENV": str(serve_venv), "COLUMNS": "200"}
     return subprocess.run(
-        [sys.executable, "-m", "kqe.cli", *args], cwd=cwd, env=env, capture_output=True, text=True,
+        [sys.executable, "-m", "kqe.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=120,
-    )  # fmt: skip
+    )
 
 
 def invoke_kqe(monkeypatch: pytest.MonkeyPatch, home: Path, cwd: Path, args: list[str]) -> Result:

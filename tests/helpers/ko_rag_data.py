@@ -30,8 +30,16 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
 
 def rag_item(question: str, length: str, f1: float, reference: str = "답") -> ItemResult:
     return ItemResult(
-        task=rag_task.TASK, subject=f"factual/{question}", item_id=f"ko_rag/{question}/retrieved/{length}",
-        gold=0, pred=0 if f1 == 1 else -1, correct=f1 == 1, choice_logprobs=[], prompt_sha="x",
+        task=rag_task.TASK,
+        subject=f"factual/{question}",
+        item_id=f"ko_rag/{question}/retrieved/{length}",
+        gold=0,
+        pred=0 if f1 == 1 else -1,
+        correct=f1 == 1,
+        choice_logprobs=[],
+        prompt_sha="x",
         generated="답",
-        reference=reference, f1=f1, hangul_share=1.0,
-    )  # fmt: skip
+        reference=reference,
+        f1=f1,
+        hangul_share=1.0,
+    )

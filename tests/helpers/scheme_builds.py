@@ -13,6 +13,7 @@ from evals.serving.hardware import local_device
 from evals.serving.serve import load_profile
 from evals.serving.serve_command import engine_env
 from kqe.core.modelstore import LocalModel
+from kqe.core.records import Checkpoint
 from kqe.core.schemes import SCHEMES
 from kqe.core.workspace import Workspace
 from quantize.build import build_checkpoint
@@ -58,3 +59,20 @@ def load_in_engine(paths: list[str], ws: Workspace) -> list[dict]:
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     assert len(lines) == len(paths), result.stderr[-2000:]
     return lines
+
+
+def quant_config(ckpt: Checkpoint) -> dict:
+    """The `quantization_config` a built checkpoint wrote into its config.json."""
+    return json.loads((Path(ckpt.path) / "config.json").read_text(encoding="utf-8"))["quantization_config"]
+
+
+def loads_and_runs(directory: Path) -> None:
+    """Transformers loads the checkpoint and gives finite logits over the tiny vocabulary."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.bfloat16)
+    ids = AutoTokenizer.from_pretrained(directory)("대한민국은 민주공화국이다.", return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**ids).logits
+    assert logits.shape[-1] == 1024 and torch.isfinite(logits.float()).all()

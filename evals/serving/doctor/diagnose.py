@@ -76,9 +76,13 @@ class _StatsRule(_Rule):
 
 
 _PROMPT_SHAPES = (
-    msg.LONG_PROMPT, msg.REQUEST_HAS, msg.MAX_TOKENS_TOO_LARGE, msg.REQUESTED_TOKENS, msg.PROMPT_LONGER,
+    msg.LONG_PROMPT,
+    msg.REQUEST_HAS,
+    msg.MAX_TOKENS_TOO_LARGE,
+    msg.REQUESTED_TOKENS,
+    msg.PROMPT_LONGER,
     msg.PROMPT_LIMIT,
-)  # fmt: skip
+)
 _RULES: tuple[_Rule, ...] = (
     _Rule((msg.FREE_AT_STARTUP, msg.CPU_AT_STARTUP), judge.shared_gpu),
     _Rule((msg.PROFILING_ERROR,), judge.memory_changed),
@@ -126,9 +130,14 @@ def judge_start(start: Start, gpu_processes: GpuProcesses | None = None) -> Diag
     also = [f"then at line {line}: {finding.summary}" for line, _, _, finding in found[1:]]
     summary = cause.summary + (f" (the cause: first, at line {first_line})" if also else "")
     return Diagnosis(
-        pattern=cause.pattern, evidence=evidence(event.text), line=event.line, advice=cause.advice,
-        summary=summary, numbers=cause.numbers, also=also,
-    )  # fmt: skip
+        pattern=cause.pattern,
+        evidence=evidence(event.text),
+        line=event.line,
+        advice=cause.advice,
+        summary=summary,
+        numbers=cause.numbers,
+        also=also,
+    )
 
 
 def evidence(text: str) -> str:

@@ -46,9 +46,12 @@ SINO_DIGITS = {"일": 1, "이": 2, "삼": 3, "사": 4, "오": 5, "육": 6, "칠"
 """Sino-Korean digits, rewritten only inside a spelled fraction ("삼분의 이" -> "3분의 2")."""
 
 _NATIVE = re.compile(
-    r"(?<![가-힣])(" + "|".join(sorted(NATIVE_NUMBERS, key=len, reverse=True)) + r")\s*("
-    + "|".join(COUNTERS) + r")"
-)  # fmt: skip
+    r"(?<![가-힣])("
+    + "|".join(sorted(NATIVE_NUMBERS, key=len, reverse=True))
+    + r")\s*("
+    + "|".join(COUNTERS)
+    + r")"
+)
 _SINO = "[" + "".join(SINO_DIGITS) + "]"
 _SINO_FRACTION = re.compile(rf"(?<![가-힣])({_SINO})\s*분의\s*({_SINO})(?![가-힣])")
 _FRACTION = re.compile(r"(\d+)\s*분의\s*(\d+)")

@@ -99,9 +99,12 @@ def closed_book_row(found: Found, budgeter: Budgeter, room: int) -> dict[str, An
     if need > room:
         raise UserError(f"question {found.question.id} alone needs {need} tokens, more than {room}")
     return _row(found, CLOSED_BOOK, None, CLOSED_BOOK_INSTRUCTION, budgeter.frame) | {
-        "block": [], "passage_ids": [], "depth": None, "gold_in_context": False,
+        "block": [],
+        "passage_ids": [],
+        "depth": None,
+        "gold_in_context": False,
         "prompt_tokens": prompt_tokens,
-    }  # fmt: skip
+    }
 
 
 def _plan(

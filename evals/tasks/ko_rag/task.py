@@ -84,11 +84,17 @@ def prepare_ko_rag(
     source = load_source(ws, data_dir)
     key = content_hash(
         {
-            "task": TASK, "format": DATA_FORMAT, "source": source.identity, "limit": limit, "seed": seed,
-            "tokenizer": _tokenizer_identity(tokenizer_dir), "max_model_len": max_model_len,
-            "conditions": list(options.conditions), "chat_template": options.chat_template,
+            "task": TASK,
+            "format": DATA_FORMAT,
+            "source": source.identity,
+            "limit": limit,
+            "seed": seed,
+            "tokenizer": _tokenizer_identity(tokenizer_dir),
+            "max_model_len": max_model_len,
+            "conditions": list(options.conditions),
+            "chat_template": options.chat_template,
         }
-    )  # fmt: skip
+    )
     out = ws.cache / "tasks" / key
     rows_path, manifest_path = out / ROWS_FILE, out / MANIFEST_FILE
     if rows_path.is_file() and manifest_path.is_file():
