@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from evals.reporting.row_cells import rag_cells
-from evals.statistics import rag_findings
+from evals.statistics import paired_means, rag_findings
 from evals.tasks.ko_rag import answer_score
 from evals.tasks.ko_rag.abstention import abstains
 from evals.tasks.ko_rag.context import ABSTAIN
@@ -182,13 +182,13 @@ def test_delta_ci_resamples_whole_passages() -> None:
     of evidence, so its CI is wider than the one that counts twenty independent questions."""
     differences = np.array([-1.0] * 10 + [0.0] * 10)
     one_passage = ["constitution/art-47"] * 10 + [f"p{i}" for i in range(10)]
-    low, high = rag_findings.paired_mean_ci(differences, one_passage, resamples=4000)
-    item_low, item_high = rag_findings.paired_mean_ci(
+    low, high = paired_means.paired_mean_ci(differences, one_passage, resamples=4000)
+    item_low, item_high = paired_means.paired_mean_ci(
         differences, [f"q{i}" for i in range(20)], resamples=4000
     )
     assert low <= -0.5 <= high and item_low <= -0.5 <= item_high
     assert high - low > 1.5 * (item_high - item_low)
-    assert rag_findings.paired_mean_ci(differences, one_passage, resamples=4000) == (low, high)  # seeded
+    assert paired_means.paired_mean_ci(differences, one_passage, resamples=4000) == (low, high)  # seeded
 
 
 def test_abstention_precision_counts_abstentions_on_answerable_questions_against_it() -> None:

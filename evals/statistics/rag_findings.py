@@ -11,47 +11,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from evals.statistics.averages import Estimate
-from evals.statistics.stats import (
-    BOOTSTRAP_RESAMPLES,
-    SEED,
-    cluster_sums,
-    percentile_ci,
-    small_sample_stretch,
-)
+from evals.statistics.paired_means import paired_mean_ci
 from evals.tasks.ko_rag.abstention import abstains
 from evals.tasks.ko_rag.context import ABSTAIN
 from evals.tasks.ko_rag.metrics import Grouped, answer_f1, by_coordinates, open_book_gains
 from evals.tasks.ko_rag.sweep import CLOSED_BOOK, LENGTHS, MC_TASK, RETRIEVED, TASK, coordinates
 from kqe.core.results import ItemResult
-
-
-def _mean_replicates(
-    differences: np.ndarray, index: np.ndarray, resamples: int, rng: np.random.Generator
-) -> np.ndarray:
-    """Means of `differences` over clusters (`index`: each item's cluster) drawn with replacement,
-    stretched for the number of clusters like `evals.statistics.stats`."""
-    totals = np.column_stack([np.bincount(index, weights=differences), np.bincount(index)])
-    sums = cluster_sums(totals, resamples, rng)
-    mean = differences.mean()
-    return mean + small_sample_stretch(len(totals)) * (sums[:, 0] / sums[:, 1] - mean)
-
-
-def paired_mean_ci(
-    differences: np.ndarray,
-    clusters: Sequence[str],
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    seed: int = SEED,
-) -> tuple[float, float]:
-    """95% percentile bootstrap CI of the mean of paired differences, whole clusters resampled.
-
-    Questions on one passage succeed or fail together (the passage is easy to read or not), so the
-    clusters are the gold passages (an item's `subject`); as in `stats.bootstrap_accuracies`, the
-    interval is never narrower than the one that resamples single items."""
-    rng = np.random.default_rng([seed, len(differences)])
-    index = np.unique(np.asarray(clusters), return_inverse=True)[1]
-    clustered = _mean_replicates(differences, index, resamples, rng)
-    items = _mean_replicates(differences, np.arange(len(differences)), resamples, rng)
-    return percentile_ci(items if np.std(items) > np.std(clustered) else clustered)
 
 
 @dataclass(frozen=True)
