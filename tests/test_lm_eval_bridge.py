@@ -16,6 +16,7 @@ from evals.tasks.prompt_tokens import ChoiceTokenizer
 from evals.tasks.prompts import PromptItem, check_tasks
 from kqe.core.errors import UserError
 from tests.helpers.cli import run_kqe
+from tests.helpers.lm_eval_generation_tasks import write_generation_tasks
 from tests.helpers.lm_eval_tasks import copa_rows, letter_rows, write_user_tasks
 
 
@@ -114,4 +115,22 @@ def test_kqe_tasks_lists_registry_lm_eval_and_user_tasks(user_tasks: Path, tmp_p
     # lm-eval reads the hub's main branch, not the revision the dataset registry would pin (none confirmed)
     assert stock["availability"] == "online: skt/kobest_v1 (lm-eval reads main; revision None: unconfirmed)"
     assert listed["lm-eval:haerae"]["subjects"] == 5
-    assert "lm-eval:kormedmcqa" not in listed  # generate_until: not scorable here
+    medmcqa = listed["lm-eval:kormedmcqa"]  # generation: listed with its output type and metric
+    assert (medmcqa["output_type"], medmcqa["metric"], medmcqa["subjects"]) == (
+        "generate_until",
+        "exact_match,extract_answer",
+        4,
+    )
+    assert listed["lm-eval:hrm8k"]["output_type"] == "generate_until"
+    assert copa["output_type"] == "multiple_choice" and copa["metric"] == "acc,none, acc_norm,none"
+
+
+def test_kqe_tasks_lists_a_users_generation_yaml_with_its_item_count(tmp_path: Path) -> None:
+    folder = write_generation_tasks(tmp_path / "gen")
+    result = run_kqe("tasks", "--include-path", str(folder), cwd=tmp_path, home=tmp_path / "h")
+    assert result.returncode == 0, result.stderr
+    [line] = [line for line in result.stdout.splitlines() if line.startswith("lm-eval:kqe_gen_short_local ")]
+    assert "16 items, 3 subjects" in line and "offline" in line
+    assert line.endswith(
+        "generation, scored by exact_match,raw, chrf,raw, exact_match,first-word, chrf,first-word"
+    )

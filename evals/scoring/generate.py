@@ -1,8 +1,8 @@
 """Generative scoring through a running `vllm serve`: one greedy short answer per item, scored in Korean.
 
-Request:  POST /v1/completions {"model", "prompt": [token ids], "max_tokens": MAX_NEW_TOKENS,
-          "temperature": 0, "stop": ["\\n"]}
-Response: choices[0].text, the answer without the stop string (vLLM's default skips special tokens).
+Requests go through evals/scoring/generation_client.py with `max_tokens` MAX_NEW_TOKENS, greedy, and
+the stop string "\\n"; the answer is the text without the stop string (vLLM's default skips special
+tokens), kept with its token ids and finish reason.
 
 This is what lm-eval's `generate_until` does with `until: ["\\n"]` and `do_sample: false` (the ko_rag_gen
 YAML): the prompt is encoded the way its hf model encodes (BOS added unless present), generation
@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Generator
-from typing import Any
 
+from evals.scoring.generation_client import Generation, GenerationClient, GenerationSettings
 from evals.scoring.job import ScoringJob
-from evals.scoring.score import CompletionsClient
 from evals.scoring.scoring_pass import results_as_done, score_missing
 from evals.tasks.ko_rag.answer_score import score_answer
 from evals.tasks.ko_rag.context import ABSTAIN, MAX_NEW_TOKENS
 from evals.tasks.ko_rag.metrics import closed_book_flags
 from evals.tasks.ko_rag.sweep import TASK
 from evals.tasks.ko_rag.task import RagItem
+from evals.tasks.language_fidelity import code_switches
 from evals.tasks.prompt_tokens import ChoiceTokenizer, prompt_sha
 from kqe.core.errors import UserError
 from kqe.core.io import read_jsonl, write_atomic
@@ -37,29 +37,13 @@ STOP = ("\n",)
 """Generation stops at the first newline: answers are one short line."""
 
 
-def generation_request(served_name: str, prompt_ids: list[int]) -> dict[str, Any]:
-    return {
-        "model": served_name,
-        "prompt": prompt_ids,
-        "max_tokens": MAX_NEW_TOKENS,
-        "temperature": 0,
-        "stop": list(STOP),
-    }
+SETTINGS = GenerationSettings(max_tokens=MAX_NEW_TOKENS, stop=STOP)
 
 
-def generated_text(response: dict[str, Any], item_id: str) -> str:
-    try:
-        text = response["choices"][0]["text"]
-    except (KeyError, IndexError, TypeError):
-        raise RuntimeError(f"{item_id}: response has no generated text: {response}") from None
-    if not isinstance(text, str):
-        raise RuntimeError(f"{item_id}: generated text is not a string: {response}")
-    return text
-
-
-def generation_result(item: RagItem, text: str) -> ItemResult:
+def generation_result(item: RagItem, generation: Generation) -> ItemResult:
     """An item's result: `correct` is exact match; gold 0 is the reference answer, pred 0 when it
     matched exactly and -1 otherwise."""
+    text = generation.text
     score = score_answer(text, item.answers, item.answerable)
     return ItemResult(
         task=TASK,
@@ -74,15 +58,10 @@ def generation_result(item: RagItem, text: str) -> ItemResult:
         reference=item.answers[0] if item.answerable else ABSTAIN,
         f1=score.f1,
         hangul_share=score.hangul_share,
+        generated_ids=generation.token_ids,
+        finish_reason=generation.finish_reason,
+        code_switch=code_switches(text, item.prompt),
     )
-
-
-class GenerationClient(CompletionsClient):
-    """The completions client, asking for generated text instead of choice log-probs."""
-
-    def generate(self, prompt_ids: list[int], item_id: str) -> str:
-        body = generation_request(self.served_name, prompt_ids)
-        return generated_text(self._call("POST", "/v1/completions", body), item_id)
 
 
 def score_generation(items: list[RagItem], job: ScoringJob) -> ScoreRun:
@@ -120,10 +99,10 @@ def _generate(
                 f"max-model-len {served} allows with {MAX_NEW_TOKENS} answer tokens: prepare ko_rag for it"
             )
 
-    def send(pair: tuple[RagItem, list[int]]) -> str:
-        return client.generate(pair[1], pair[0].item_id)
+    def send(pair: tuple[RagItem, list[int]]) -> list[Generation]:
+        return client.generate(pair[1], SETTINGS, pair[0].item_id)
 
-    def results_of(pair: tuple[RagItem, list[int]], text: str) -> list[ItemResult]:
-        return [generation_result(pair[0], text)]
+    def results_of(pair: tuple[RagItem, list[int]], answers: list[Generation]) -> list[ItemResult]:
+        return [generation_result(pair[0], answers[0])]
 
     return results_as_done(client, encoded, send, results_of, check_fits, concurrency)

@@ -1,22 +1,23 @@
-"""Every task the suite can score, for `kqe tasks`: the registry's, lm-eval's Korean multiple-choice
-catalogue, and a user's YAMLs under an include path."""
+"""Every task the suite can score, for `kqe tasks`: the registry's, lm-eval's Korean multiple-choice and
+generation catalogue, and a user's YAMLs under an include path."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from evals.tasks import hub_datasets, lm_eval_bridge
+from evals.tasks.lm_eval_generation import generation_task
 from evals.tasks.registry import LM_EVAL_PREFIX, TASK_SPECS
 from kqe.core.errors import UserError
 from kqe.core.records import Record
 from kqe.core.workspace import Workspace
 
 KOREAN_LM_EVAL = (
-    "kobest", "haerae", "click", "kmmlu", "kormedmcqa", "mmmlu_ko_kr", "global_mmlu_full_ko",
+    "kobest", "haerae", "click", "kmmlu", "kormedmcqa", "hrm8k", "mmmlu_ko_kr", "global_mmlu_full_ko",
     "global_mmlu_ko", "belebele_kor_Hang",
 )  # fmt: skip
-"""Name prefixes of the Korean tasks lm-eval ships; `kqe tasks` lists those that are multiple choice
-(any other lm-eval multiple-choice task is scored too when named)."""
+"""Name prefixes of the Korean tasks lm-eval ships; `kqe tasks` lists those it scores, multiple choice
+and generation (any other lm-eval task of those kinds is scored too when named)."""
 UNKNOWN_LICENCE = "see the dataset card"
 """What `kqe tasks` says of a hub dataset not in evals/tasks/hub_datasets.py."""
 
@@ -41,6 +42,11 @@ class TaskListing(Record):
     """The English task its loss is contrasted with, if any."""
     pairing: str | None = None
     """How its items match its English twin's (a parallel pair); None when unpaired."""
+    output_type: str = "multiple_choice"
+    """lm-eval's output type: `multiple_choice` (scored by choice log-likelihoods) or `generate_until`
+    (generated, then filtered and scored by the task's own metrics)."""
+    metric: str | None = None
+    """What it is scored by: `acc` for letter choice, or the task's metrics as `metric,filter`."""
 
 
 def listings(ws: Workspace, include_path: str | None) -> list[TaskListing]:
@@ -54,7 +60,7 @@ def listings(ws: Workspace, include_path: str | None) -> list[TaskListing]:
             continue
         try:
             bridged = lm_eval_bridge.resolve(LM_EVAL_PREFIX + name, include)
-        except UserError:  # a generation task, or a group holding one: not scorable here
+        except UserError:  # another output type, a mixed group, code execution or a judge: not scored
             continue
         found.append(_lm_eval_listing(bridged, include))
     return found
@@ -86,8 +92,8 @@ def _lm_eval_listing(bridged: lm_eval_bridge.BridgedTask, include: Path | None) 
     items, subjects = None, len(bridged.leaves)
     if bridged.source == "user" and bridged.local:  # small local data: counted, subjects as scored
         try:
-            prompts = lm_eval_bridge.load_prompts(bridged, include, None, 0)
-            items, subjects = len(prompts), len({item.subject for item in prompts})
+            found = _local_subjects(bridged, include)
+            items, subjects = len(found), len(set(found))
         except UserError:  # listed all the same; `kqe eval` says what is wrong with it
             pass
     hubs = sorted({dataset.split(" (")[0] for dataset in bridged.datasets})
@@ -96,6 +102,20 @@ def _lm_eval_listing(bridged: lm_eval_bridge.BridgedTask, include: Path | None) 
     licence = "the user's" if bridged.source == "user" else ", ".join(licences)
     where = "offline" if bridged.local else "; ".join(hub_datasets.lm_eval_availability(hub) for hub in hubs)
     return TaskListing(
-        name=bridged.name, source=bridged.source, items=items, subjects=subjects,
-        licence=licence, availability=where, english=None,
-    )  # fmt: skip
+        name=bridged.name,
+        source=bridged.source,
+        items=items,
+        subjects=subjects,
+        licence=licence,
+        availability=where,
+        english=None,
+        output_type=bridged.output_type,
+        metric=", ".join(bridged.metrics) or None,
+    )
+
+
+def _local_subjects(bridged: lm_eval_bridge.BridgedTask, include: Path | None) -> list[str]:
+    """The subject of each item a user task's local data holds."""
+    if bridged.output_type == lm_eval_bridge.GENERATION:
+        return [item.subject for item in generation_task(bridged, include, None, 0).items]
+    return [item.subject for item in lm_eval_bridge.load_prompts(bridged, include, None, 0)]

@@ -1,4 +1,4 @@
-"""Any lm-eval multiple-choice task as a suite task: `lm-eval:<task or group>` in `--tasks`.
+"""Any lm-eval multiple-choice or generation task as a suite task: `lm-eval:<task or group>` in `--tasks`.
 
 lm-eval's own `TaskManager` finds the task (its shipped YAMLs, plus a user's `--include-path DIR`) and its
 own task object builds every request, few-shot examples included (seeded as `lm_eval` seeds them), so the
@@ -6,7 +6,10 @@ context and continuations our scorer sends are byte for byte what `lm_eval --tas
 (or tag) is scored as one suite task whose subjects (the paired bootstrap's clusters) are its leaf tasks;
 a YAML whose `metadata` names `kqe_subject_field` takes each document's subject from that field instead.
 
-Only `multiple_choice` tasks are bridged: generation tasks (`generate_until`) have no choices to compare.
+`multiple_choice` tasks are scored here by their choices' log-likelihoods; `generate_until` tasks by
+their generations (evals/tasks/lm_eval_generation.py). Other output types (`loglikelihood`,
+`loglikelihood_rolling`), groups mixing two types, and tasks whose metric runs code or asks a judge are
+refused in one line.
 """
 
 from __future__ import annotations
@@ -29,6 +32,12 @@ FEWSHOT_SEED = 1234
 few-shot examples are drawn as `lm_eval` draws them."""
 LOCAL_BUILDERS = frozenset({"json", "csv", "parquet", "text", "arrow"})
 """`dataset_path` values that read local `data_files` rather than a hub dataset."""
+MULTIPLE_CHOICE = "multiple_choice"
+GENERATION = "generate_until"
+OUTPUT_TYPES = (MULTIPLE_CHOICE, GENERATION)
+"""The lm-eval output types the suite scores."""
+NOT_SCORABLE_METRICS = ("code_eval", "pass_at_k", "pass@k", "judge")
+"""Metric names (or parts of them) that need code execution or an external judge: refused."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,10 @@ class BridgedTask:
     """Each distinct dataset it reads: a hub id (with its config), or a local builder and its files."""
     local: bool
     """Whether every dataset is read from local files (scorable offline without a datasets cache)."""
+    output_type: str = MULTIPLE_CHOICE
+    """lm-eval's output type of its leaves: `multiple_choice` or `generate_until`."""
+    metrics: tuple[str, ...] = ()
+    """Its first leaf's metrics as lm-eval names their results, `metric,filter` (`acc,none`)."""
 
     @property
     def lm_eval_name(self) -> str:
@@ -77,7 +90,8 @@ def task_manager(include_path: Path | None, include_defaults: bool = True) -> An
 
 
 def resolve(task: str, include_path: Path | None) -> BridgedTask:
-    """The bridged task `task` names; UserError when lm-eval has no such task or it is not multiple choice."""
+    """The bridged task `task` names; UserError when lm-eval has no such task, or it is of an output type
+    the suite does not score, or its metric runs code or asks a judge."""
     name = task.removeprefix(PREFIX)
     index = task_manager(include_path).task_index
     if name not in index:
@@ -86,18 +100,61 @@ def resolve(task: str, include_path: Path | None) -> BridgedTask:
         raise UserError(f"--tasks {task}: lm-eval has no task or group {name!r}; {hint}")
     leaves = _leaves(name, index)
     configs = {leaf: index[leaf].cfg or {} for leaf in leaves}
-    not_choice = {leaf: cfg.get("output_type") for leaf, cfg in configs.items()}
-    not_choice = {leaf: kind for leaf, kind in not_choice.items() if kind != "multiple_choice"}
-    if not_choice:
-        leaf, kind = next(iter(not_choice.items()))
-        raise UserError(
-            f"--tasks {task}: {leaf} is a {kind} task, not multiple choice; the suite scores lm-eval "
-            "tasks with output_type multiple_choice (kobest_*, haerae, click, belebele_*, kmmlu, mmmlu_*, …)"
-        )
+    output_type = _output_type(task, configs)
+    for leaf, cfg in configs.items():
+        _check_metrics(task, leaf, cfg)
     datasets = tuple(dict.fromkeys(_dataset(cfg) for cfg in configs.values()))
     user = include_path is not None and any(_under(index[leaf].yaml_path, include_path) for leaf in leaves)
     local = all(_is_local(cfg) for cfg in configs.values())
-    return BridgedTask(PREFIX + name, tuple(leaves), "user" if user else "lm-eval", datasets, local)
+    source = "user" if user else "lm-eval"
+    metrics = _metric_keys(configs[leaves[0]])
+    return BridgedTask(PREFIX + name, tuple(leaves), source, datasets, local, output_type, metrics)
+
+
+def _metric_names(cfg: dict[str, Any]) -> list[str]:
+    return [str(entry.get("metric")) for entry in cfg.get("metric_list") or [] if isinstance(entry, dict)]
+
+
+def _metric_keys(cfg: dict[str, Any]) -> tuple[str, ...]:
+    """`metric,filter` for each metric of the config and each of its filter pipelines (`none` without)."""
+    metrics = _metric_names(cfg)
+    filters = [str(entry.get("name")) for entry in cfg.get("filter_list") or [] if isinstance(entry, dict)]
+    return tuple(f"{metric},{name}" for name in filters or ["none"] for metric in metrics)
+
+
+def _output_type(task: str, configs: dict[str, dict[str, Any]]) -> str:
+    """The one output type every leaf has; UserError for a type not scored or a group mixing two."""
+    kinds = {leaf: cfg.get("output_type", GENERATION) for leaf, cfg in configs.items()}
+    for leaf, kind in kinds.items():
+        if kind not in OUTPUT_TYPES:
+            raise UserError(
+                f"--tasks {task}: {leaf} is a {kind} task; the suite scores lm-eval tasks of output_type "
+                "multiple_choice (kobest_*, haerae, click, belebele_*, kmmlu, mmmlu_*, …) or generate_until "
+                "(kormedmcqa_*, hrm8k_*, kmmlu_cot_hard_*, …)"
+            )
+    if len(set(kinds.values())) > 1:
+        raise UserError(
+            f"--tasks {task}: its leaves mix multiple_choice and generate_until tasks; name the leaves "
+            "of one kind instead (`kqe tasks` lists them)"
+        )
+    return next(iter(kinds.values()))
+
+
+def _check_metrics(task: str, leaf: str, cfg: dict[str, Any]) -> None:
+    """UserError when the leaf's metric needs code execution or an external judge."""
+    if cfg.get("unsafe_code"):
+        raise UserError(
+            f"--tasks {task}: {leaf} runs generated code to score it (unsafe_code); not scored here"
+        )
+    names = [
+        str(entry.get("metric", "")) for entry in cfg.get("metric_list") or [] if isinstance(entry, dict)
+    ]
+    for metric in names:
+        if any(part in metric.lower() for part in NOT_SCORABLE_METRICS):
+            raise UserError(
+                f"--tasks {task}: {leaf}'s metric {metric!r} needs code execution or an external judge; "
+                "not scored here"
+            )
 
 
 def _leaves(name: str, index: dict[str, Any]) -> list[str]:
@@ -137,13 +194,13 @@ def load_prompts(
     bridged: BridgedTask, include_path: Path | None, limit: int | None, seed: int
 ) -> list[PromptItem]:
     """Every item of `bridged` as lm-eval builds it, `limit` of them sampled across subjects (seeded)."""
-    tasks = _load_tasks(bridged, include_path)
+    tasks = load_tasks(bridged, include_path)
     items = [item for leaf in bridged.leaves for item in _leaf_items(bridged.name, leaf, tasks[leaf])]
     rows = [{"subject": item.subject, "position": position} for position, item in enumerate(items)]
     return [items[row["position"]] for row in stratified_sample(rows, limit, seed)]
 
 
-def _load_tasks(bridged: BridgedTask, include_path: Path | None) -> dict[str, Any]:
+def load_tasks(bridged: BridgedTask, include_path: Path | None) -> dict[str, Any]:
     """lm-eval's task objects of the leaves; a dataset that cannot be read is one line naming it."""
     lm_eval_log = logging.getLogger("lm_eval")
     level = lm_eval_log.level
@@ -197,8 +254,9 @@ def _gold(suite_task: str, leaf: str, doc_id: int, target: Any, choices: list[st
     raise UserError(f"{suite_task}: {leaf} document {doc_id} has target {target!r}, not one of its choices")
 
 
-def source_label(bridged: BridgedTask, items: list[PromptItem], limit: int | None) -> str:
-    """What the scored items are, e.g. `lm-eval kobest_copa (skt/kobest_v1 (copa)), 40 items sampled`."""
+def source_label(bridged: BridgedTask, count: int, limit: int | None) -> str:
+    """What the `count` scored items are, e.g. `lm-eval kobest_copa (skt/kobest_v1 (copa)), 40 items
+    sampled across subjects`."""
     where = "; ".join(bridged.datasets)
-    sampled = " sampled across subjects" if limit is not None and len(items) == limit else ""
-    return f"{bridged.source} {bridged.lm_eval_name} ({where}), {len(items):,} items{sampled}"
+    sampled = " sampled across subjects" if limit is not None and count == limit else ""
+    return f"{bridged.source} {bridged.lm_eval_name} ({where}), {count:,} items{sampled}"

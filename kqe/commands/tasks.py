@@ -18,8 +18,9 @@ from kqe.core.workspace import Workspace
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per task, one per line.")
 def tasks_command(include_path: str | None, as_json: bool) -> None:
-    """List the registry's tasks, lm-eval's Korean multiple-choice tasks and a folder's own YAMLs:
-    name, source, items, subjects, licence, offline or online, English twin."""
+    """List the registry's tasks, lm-eval's Korean multiple-choice and generation tasks and a folder's
+    own YAMLs: name, source, items, subjects, licence, offline or online, English twin; generation tasks
+    with their metrics."""
     from evals.tasks.catalogue import listings
 
     def action() -> None:
@@ -30,7 +31,10 @@ def tasks_command(include_path: str | None, as_json: bool) -> None:
             counts = f"{_count(task.items)} items, {_count(task.subjects)} subjects"
             twin = f"; English twin {task.english}" if task.english else ""
             twin += f", matched by {task.pairing}" if task.pairing else (", unpaired" if twin else "")
-            echo(f"{task.name:40} {task.source:8} {counts:26} {task.licence}; {task.availability}{twin}")
+            kind = f"; generation, scored by {task.metric}" if task.output_type == "generate_until" else ""
+            echo(
+                f"{task.name:40} {task.source:8} {counts:26} {task.licence}; {task.availability}{twin}{kind}"
+            )
 
     run_guarded(action)
 

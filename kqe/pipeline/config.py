@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from evals.planning.placement import PlacementPlan, check_profile, place, target_from
@@ -19,6 +19,7 @@ from evals.serving.ports import forced_port
 from evals.statistics import resolution
 from evals.tasks import item_sets, lm_eval_bridge, prompts
 from evals.tasks.ko_rag import task as rag_task
+from evals.tasks.lm_eval_generation import GenerationTask, generation_task
 from evals.tasks.registry import TASK_SPECS, is_lm_eval_task
 from kqe.core import defaults
 from kqe.core.errors import UserError
@@ -75,6 +76,8 @@ class RunMatrix:
     progress: Progress
     rag: rag_task.PreparedRag | None = None
     """ko_rag's items when the run scores it (its choice items are also in `prompts`)."""
+    generation: dict[str, GenerationTask] = field(default_factory=dict)
+    """lm-eval generation task → its items (multiple-choice tasks are in `prompts`)."""
 
     @property
     def model(self) -> str:
@@ -115,7 +118,7 @@ def plan_run(cfg: EvalConfig, ws: Workspace, spec: ModelSpec) -> RunPlan:
         raise UserError(f"extra {','.join(cfg.extra)!r} repeats a checkpoint name: list each folder once")
     prompts.check_tasks(list(cfg.tasks))
     prompts.check_limit(cfg.limit)
-    lm_eval_tasks(cfg)  # an unknown or generation lm-eval task is said before any build
+    lm_eval_tasks(cfg)  # an unknown lm-eval task, or one not scorable, is said before any build
     if cfg.rag_data and rag_task.TASK in cfg.tasks:  # a user's ko_rag folder reads, before any build
         rag_task.load_source(ws, Path(cfg.rag_data))
     serve.check_serve_env(ws)
@@ -169,10 +172,16 @@ def prepare_matrix(cfg: EvalConfig, ws: Workspace, progress: Progress) -> RunMat
         data_dir = prompts.prepare_tasks(ws, choice_tasks, cfg.limit, cfg.seed, cfg.items.online)
         task_prompts = {task: prompts.load_prompts(task, data_dir) for task in choice_tasks}
         sources = {task: prompts.source_label(task, data_dir) for task in choice_tasks}
+    generation: dict[str, GenerationTask] = {}
+    include = lm_eval_bridge.check_include_path(cfg.include_path)
     for bridged in lm_eval_tasks(cfg):
-        include = lm_eval_bridge.check_include_path(cfg.include_path)
-        task_prompts[bridged.name] = lm_eval_bridge.load_prompts(bridged, include, cfg.limit, cfg.seed)
-        sources[bridged.name] = lm_eval_bridge.source_label(bridged, task_prompts[bridged.name], cfg.limit)
+        if bridged.output_type == lm_eval_bridge.GENERATION:
+            generation[bridged.name] = generation_task(bridged, include, cfg.limit, cfg.seed)
+            count = len(generation[bridged.name].items)
+        else:
+            task_prompts[bridged.name] = lm_eval_bridge.load_prompts(bridged, include, cfg.limit, cfg.seed)
+            count = len(task_prompts[bridged.name])
+        sources[bridged.name] = lm_eval_bridge.source_label(bridged, count, cfg.limit)
     rag = None
     if rag_task.TASK in cfg.tasks:  # contexts are cut with the base's tokenizer, shared by its checkpoints
         rag_dir = Path(cfg.rag_data) if cfg.rag_data else None
@@ -206,4 +215,5 @@ def prepare_matrix(cfg: EvalConfig, ws: Workspace, progress: Progress) -> RunMat
         sources=sources,
         progress=progress,
         rag=rag,
+        generation=generation,
     )

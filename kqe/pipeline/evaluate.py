@@ -14,12 +14,13 @@ from typing import Any
 
 from evals.capacity import bench, session
 from evals.reporting.outcome import CheckpointOutcome
-from evals.scoring import continuation, generate, perplexity
+from evals.scoring import continuation, generate, lm_eval_generate, perplexity
 from evals.scoring.job import ScoringJob
 from evals.serving import serve
 from evals.serving.doctor.diagnose import diagnose
 from evals.serving.memory import with_checkpoint_weights
 from evals.tasks.ko_rag import task as rag_task
+from evals.tasks.lm_eval_generation import cached_judge
 from kqe.core.capacity import DEFAULT_SLO
 from kqe.core.errors import UserError
 from kqe.core.io import read_jsonl, write_record
@@ -204,7 +205,8 @@ def _score_restarting(
 def _score_task(
     matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer, task: str, out: Path
 ) -> ScoreRun:
-    """Choice tasks by their choices' log-likelihoods; ko_rag's generated answers by generate.py."""
+    """Choice tasks by their choices' log-likelihoods; ko_rag's generated answers by generate.py; lm-eval
+    generation tasks by lm_eval_generate.py."""
     job = ScoringJob(
         tokenizer_dir=Path(ckpt.path),
         endpoint=server.endpoint,
@@ -216,4 +218,8 @@ def _score_task(
     )
     if task == rag_task.TASK and matrix.rag is not None:
         return generate.score_generation(matrix.rag.generation, job)
+    if task in matrix.generation:
+        gen = matrix.generation[task]
+        judge = cached_judge(gen.bridged, gen.include_path)
+        return lm_eval_generate.score_lm_eval_generation(list(gen.items), job, judge, matrix.cfg.seed)
     return continuation.score_choices(matrix.prompts[task], job)

@@ -157,6 +157,7 @@ def preview(matrix: RunMatrix, rates: Rates) -> list[str]:
     items = {task: len(prompts) for task, prompts in matrix.prompts.items()}
     if matrix.rag is not None:  # its generated answers, beside its choice items
         items[rag_task.TASK] = len(matrix.rag.generation)
+    items |= {task: len(generation.items) for task, generation in matrix.generation.items()}
     lines = [f"plan: {len(matrix.plan.entries)} checkpoints; items per task: "
              + ", ".join(f"{task} {n}" for task, n in items.items())]  # fmt: skip
     costs: dict[tuple[str, str], float] = {}
