@@ -9,6 +9,7 @@ import pytest
 
 from evals.planning.placement import Placement
 from evals.planning.planner import Plan
+from evals.reporting.generation_columns import GENERATION_COLUMNS
 from evals.reporting.leaderboard import (
     COLUMNS,
     build_row,
@@ -134,6 +135,7 @@ def test_round_trip_keeps_values(tmp_path: Path) -> None:
     header = path.read_text().splitlines()[0].split(",")
     unscored = tuple(f"{prefix}_" for prefix in COLUMN_SPECS if prefix != "mmlu")
     conditions = {name for name, doc in RAG_COLUMNS.items() if doc.prefix != "ko_rag"}  # none scored
+    conditions |= set(GENERATION_COLUMNS)  # no generative task scored
     assert header == [c for c in COLUMNS if not c.startswith(unscored) and c not in conditions]
     assert "ko_rag_f1_1k" in header and "ko_rag_recall_1k" in header  # ko_rag's own columns, always
 

@@ -15,6 +15,7 @@ from typing import get_args
 from pydantic import ValidationError
 
 from evals.reporting import row_cells
+from evals.reporting.generation_columns import generation_cells
 from evals.reporting.leaderboard_row import (
     COLUMNS,
     GENERATED_COLUMNS,
@@ -98,7 +99,7 @@ def build_row(result: CheckpointResult) -> LeaderboardRow:
 
 
 def _found_cells(result: CheckpointResult) -> dict[str, object]:
-    """The columns of the parts other stages found: averages, ko_rag, perplexity, placement."""
+    """The columns of the parts other stages found: averages, ko_rag, perplexity, placement, generation."""
     cells = row_cells.averages_cells(result.tasks.averages)
     if result.rag is not None:
         cells |= row_cells.rag_cells(result.rag)
@@ -106,7 +107,7 @@ def _found_cells(result: CheckpointResult) -> dict[str, object]:
         cells |= row_cells.perplexity_cells(result.perplexity)
     if result.placement is not None:
         cells |= row_cells.placement_cells(result.placement)
-    return cells
+    return cells | generation_cells(result.generation)
 
 
 def _comparison_cells(runs: dict[str, ScoreRun], findings: TaskFindings) -> dict:

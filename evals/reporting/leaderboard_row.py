@@ -1,9 +1,9 @@
 """One checkpoint's row of `results/<model>/leaderboard.csv`, versioned apart from every other record:
 a new column rewrites leaderboards, never the checkpoints, calibration sets or per-item files behind them.
 
-The per-task columns (`kmmlu_acc`, `mmlu_verdict`, …) and the ko_rag ones are not written out by hand:
-`task_columns` generates them from the task registry, `rag_columns` from ko_rag's sweep, and the row
-holds them in `tasks`."""
+The per-task columns (`kmmlu_acc`, `mmlu_verdict`, …), the ko_rag ones and the generation ones are not
+written out by hand: `task_columns` generates them from the task registry, `rag_columns` from ko_rag's
+sweep, `generation_columns` per generative prefix, and the row holds them in `tasks`."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from evals.reporting.generation_columns import GENERATION_COLUMNS
 from evals.reporting.rag_columns import RAG, RAG_COLUMNS
 from evals.reporting.task_columns import (
     AVERAGES_COLUMNS,
@@ -36,7 +37,7 @@ READABLE_SCHEMA_VERSIONS = (3, 4, 5, 6, 7)
 """Versions this suite reads: an older board's missing columns (all optional) read as empty."""
 
 
-GENERATED_COLUMNS = TASK_COLUMNS | RAG_COLUMNS
+GENERATED_COLUMNS = TASK_COLUMNS | RAG_COLUMNS | GENERATION_COLUMNS
 """Every generated column: name -> its prefix (group), type and docs."""
 
 
@@ -229,7 +230,7 @@ def _layout() -> list[str]:
     before = {
         "ko_en_gap": list(COMPARISON_COLUMNS),
         "ppl_ko": [*CALIBRATION_EFFECT_COLUMNS, *AVERAGES_COLUMNS],
-        "serving": list(RAG_COLUMNS),
+        "serving": [*RAG_COLUMNS, *GENERATION_COLUMNS],
     }
     columns: list[str] = []
     for name in LeaderboardRow.model_fields:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from evals.planning.placement import Placement
 from evals.statistics.averages import TaskSummary
+from evals.statistics.generation_findings import GenerationFindings
 from evals.statistics.perplexity_stats import PerplexityFindings
 from evals.statistics.rag_findings import RagFindings
 from kqe.core.capacity import CapacityReport
@@ -83,6 +84,8 @@ class CheckpointResult:
     """Perplexity and its changes, where it was scored."""
     rag: RagFindings | None = None
     """ko_rag's scores, when the run had ko_rag."""
+    generation: dict[str, GenerationFindings] = field(default_factory=dict)
+    """Generative task → its outputs' divergence from the base's and their Korean fidelity."""
     placement: Placement | None = None
     """Where it was scored and whether it fits the target GPU."""
     capacity: CapacityReport | None = None

@@ -189,7 +189,8 @@ def _is_binary(values: np.ndarray) -> bool:
 
 def metric_deltas(pairs: list[tuple[ItemResult, ItemResult]]) -> dict[str, MetricDelta]:
     """`metric,filter` → the paired Δ of a continuous metric, over the items both scored it on."""
-    keys = sorted({key for base, cand in pairs for key in base.metrics.keys() & cand.metrics.keys()})
+    # in the task's own order (its first filter's metrics first): the leaderboard reports the first
+    keys = list(dict.fromkeys(key for base, cand in pairs for key in base.metrics if key in cand.metrics))
     found = {}
     for key in keys:
         both = [(base, cand) for base, cand in pairs if key in base.metrics and key in cand.metrics]

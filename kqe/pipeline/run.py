@@ -16,8 +16,10 @@ from evals.reporting import leaderboard, report
 from evals.reporting.leaderboard_row import LeaderboardRow
 from evals.reporting.outcome import CheckpointOutcome, CheckpointResult, TaskFindings
 from evals.serving import hardware, serve
-from evals.statistics import averages, parallel, perplexity_stats, rag_findings, stats
+from evals.statistics import averages, generation_findings, parallel, perplexity_stats, rag_findings, stats
+from evals.statistics.generation_findings import GenerationFindings
 from evals.statistics.perplexity_stats import PerplexityFindings
+from evals.tasks.ko_rag import task as rag_task
 from kqe.core.capacity import CapacityReport
 from kqe.core.errors import UserError
 from kqe.core.eval_config import EvalConfig
@@ -142,9 +144,29 @@ def _findings(
     ppl = _perplexity_findings(matrix, ckpt, base.checkpoint, control.checkpoint if control else None)
     return CheckpointResult(
         outcome, profile, command, memory=memory, base_memory=_row_memory(matrix, base), tasks=tasks,
-        perplexity=ppl, rag=rag, placement=placement, capacity=stage_files(matrix, ckpt).capacity(),
+        perplexity=ppl, rag=rag, generation=_generation_findings(matrix, outcome, base),
+        placement=placement, capacity=stage_files(matrix, ckpt).capacity(),
         engine_versions=_engine_versions(matrix), serving=servability(matrix, ckpt).note,
     )  # fmt: skip
+
+
+def _generation_findings(
+    matrix: RunMatrix, outcome: CheckpointOutcome, base: CheckpointOutcome
+) -> dict[str, GenerationFindings]:
+    """Per generative task (lm-eval generation tasks, ko_rag's answers): the outputs' divergence from
+    the base's and their Korean fidelity; the base's row holds its own fidelity."""
+    tasks = [*matrix.generation, *([rag_task.TASK] if matrix.rag is not None else [])]
+    found = {}
+    for task in tasks:
+        if task not in outcome.items:
+            continue
+        if outcome.name == BASE_SCHEME:
+            findings = generation_findings.base_findings(outcome.items[task])
+        else:
+            findings = generation_findings.generation_findings(base.items.get(task, []), outcome.items[task])
+        if findings is not None:
+            found[task] = findings
+    return found
 
 
 def _engine_versions(matrix: RunMatrix) -> dict[str, str]:
