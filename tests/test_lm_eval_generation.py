@@ -14,6 +14,7 @@ from evals.tasks import lm_eval_bridge
 from evals.tasks.lm_eval_generation import GenerationJudge, generation_task
 from kqe.core.errors import UserError
 from tests.helpers.lm_eval_generation_tasks import write_generation_tasks
+from tests.helpers.repo import REPO
 
 TASKS = ("kqe_gen_medmcqa_local", "kqe_gen_short_local")
 CANNED = ("정답: B", "C. 모르겠다", "정답은 A 입니다", "길이 젖었다.", "무릎이 hello 아팠다", "", "E", "흠")
@@ -130,3 +131,22 @@ def test_tasks_not_scorable_are_refused_in_one_line(tmp_path: Path) -> None:
             lm_eval_bridge.resolve(f"lm-eval:{task}", folder)
         assert "\n" not in str(caught.value)
     assert lm_eval_bridge.resolve("lm-eval:kqe_choice", folder).output_type == "multiple_choice"
+
+
+def test_the_shipped_offline_generation_task_reads_kmmlu_hard_and_extracts_letters() -> None:
+    folder = REPO / "evals" / "tasks" / "generation"
+    bridged = lm_eval_bridge.resolve("lm-eval:kqe_kmmlu_hard_gen", folder)
+    assert (bridged.source, bridged.local, bridged.metrics) == ("user", True, ("exact_match,extract_answer",))
+    task = generation_task(bridged, folder, None, 0)
+    assert len(task.items) == 225 and len({item.subject for item in task.items}) == 45
+    assert {item.reference for item in task.items} == set("ABCD")
+    item = task.items[0]
+    judge = GenerationJudge(bridged, folder)
+    answers = {
+        "정답: " + item.reference: 1.0,
+        f" {item.reference}. 입니다": 1.0,
+        "정답은 E": 0.0,
+        "모르겠다": 0.0,
+    }
+    for answer, expected in answers.items():
+        assert judge.judge(item.item_id, [answer]).metrics["exact_match,extract_answer"] == expected, answer

@@ -20,6 +20,7 @@ from typing import Any
 from evals.tasks.lm_eval_bridge import FEWSHOT_SEED, GENERATION, SUBJECT_FIELD, BridgedTask, load_tasks
 from evals.tasks.prompts import stratified_sample
 from kqe.core.errors import UserError
+from kqe.core.records import content_hash
 
 DEFAULT_MAX_GEN_TOKS = 256
 """lm-eval's default `max_gen_toks` when a task's generation kwargs leave it out."""
@@ -59,6 +60,12 @@ class GenerationTask:
     """The user's YAML folder it was found with (the scorer loads the task again from there)."""
     items: tuple[GenerationItem, ...]
     """The documents scored, sampled as asked."""
+
+    def stage_items(self) -> list[str]:
+        """What its scores depend on besides the checkpoint: each item with how it is generated, and the
+        metrics judging it (an edited YAML scores again instead of reusing answers judged otherwise)."""
+        settings = [(i.item_id, i.until, i.max_gen_toks, i.temperature, i.repeats) for i in self.items]
+        return [content_hash(list(self.bridged.metrics), settings), *(item.item_id for item in self.items)]
 
 
 def generation_task(

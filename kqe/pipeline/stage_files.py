@@ -77,7 +77,7 @@ def stage_files(matrix: RunMatrix, ckpt: Checkpoint) -> StageFiles:
     # keyed by the items too: another --limit or seed scores (and resumes) a different file
     task_items = {t: [p.item_id for p in ps] for t, ps in matrix.prompts.items()}
     task_items |= matrix.rag.stage_items() if matrix.rag else {}
-    task_items |= {t: [item.item_id for item in g.items] for t, g in matrix.generation.items()}
+    task_items |= {task: generation.stage_items() for task, generation in matrix.generation.items()}
     task_keys = {t: content_hash(key, ids) for t, ids in task_items.items()}
     held_out = catalog.holdout_documents(matrix.ws)
     texts = {name: perplexity.documents_sha(documents) for name, documents in held_out.items()}
