@@ -176,7 +176,8 @@ def prepare_matrix(cfg: EvalConfig, ws: Workspace, progress: Progress) -> RunMat
     include = lm_eval_bridge.check_include_path(cfg.include_path)
     for bridged in lm_eval_tasks(cfg):
         if bridged.output_type == lm_eval_bridge.GENERATION:
-            generation[bridged.name] = generation_task(bridged, include, cfg.limit, cfg.seed)
+            template_of = base.folder if cfg.apply_chat_template else None
+            generation[bridged.name] = generation_task(bridged, include, cfg.limit, cfg.seed, template_of)
             count = len(generation[bridged.name].items)
         else:
             task_prompts[bridged.name] = lm_eval_bridge.load_prompts(bridged, include, cfg.limit, cfg.seed)
