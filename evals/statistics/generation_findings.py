@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from evals.statistics.bootstrap import Z_CI
 from evals.statistics.paired_means import paired_mean_ci
-from evals.statistics.stats import Z_CI
 from kqe.core.errors import UserError
 from kqe.core.results import ItemResult
 
