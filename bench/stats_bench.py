@@ -26,17 +26,14 @@ from typing import NamedTuple
 
 import numpy as np
 
+from evals.statistics.bootstrap import BOOTSTRAP_RESAMPLES, ITEM_FLOOR, _cluster_replicates, percentile_ci
 from evals.statistics.pairing import PairedItems, ScoredItem
 from evals.statistics.stats import (
-    BOOTSTRAP_RESAMPLES,
-    ITEM_FLOOR,
     SIGNIFICANT_LOSS,
-    _cluster_replicates,
     compare_paired,
     compare_tasks,
     mcnemar_p,
     minimum_detectable_effect,
-    percentile_ci,
 )
 
 OUT_DIR = Path("results/bench")

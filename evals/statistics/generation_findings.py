@@ -25,8 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from evals.statistics.bootstrap import Z_CI
 from evals.statistics.paired_means import paired_mean_ci
-from evals.statistics.stats import DEFAULT_MARGIN, NO_LOSS, SIGNIFICANT_LOSS, Z_CI
+from evals.statistics.stats import DEFAULT_MARGIN, NO_LOSS, SIGNIFICANT_LOSS
 from kqe.core.errors import UserError
 from kqe.core.results import ItemResult
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from evals.statistics.stats import (
+from evals.statistics.bootstrap import (
     BOOTSTRAP_RESAMPLES,
     SEED,
     cluster_sums,
@@ -37,7 +37,7 @@ def paired_mean_ci(
 
     Items of one cluster succeed or fail together (questions on one passage: the passage is easy to
     read or not; items of one subject), so whole clusters are drawn (an item's `subject`: ko_rag's gold
-    passage, a task's subject); as in `stats.bootstrap_accuracies`, the interval is never narrower than
+    passage, a task's subject); as in `bootstrap.bootstrap_accuracies`, the interval is never narrower than
     the one that resamples single items."""
     rng = np.random.default_rng([seed, len(differences)])
     index = np.unique(np.asarray(clusters), return_inverse=True)[1]

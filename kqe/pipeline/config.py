@@ -200,9 +200,15 @@ def prepare_matrix(cfg: EvalConfig, ws: Workspace, progress: Progress) -> RunMat
     for done, (label, mix) in enumerate(parsed.items()):
         progress("calibration sets", done, len(parsed))
         calibs[label] = calibration.build_calibration_set(
-            ws, base, mix, cfg.calib_samples, cfg.calib_seq_len, cfg.seed, label,
+            ws,
+            base,
+            mix,
+            cfg.calib_samples,
+            cfg.calib_seq_len,
+            cfg.seed,
+            label,
             eval_items=eval_texts,
-        )  # fmt: skip
+        )
         progress("calibration sets", done + 1, len(parsed))
     references = calibration_references(entries, {label: mix.get("ko", 0.0) for label, mix in parsed.items()})
     return RunMatrix(

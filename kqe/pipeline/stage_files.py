@@ -85,11 +85,12 @@ def stage_files(matrix: RunMatrix, ckpt: Checkpoint) -> StageFiles:
     # capacity under load belongs to the real format's kernel and the target GPU: measured only there
     planned = matrix.plan.placement.of(name).memory_source == "planner"
     return StageFiles(
-        key=key, memory=stages / f"{name}.{key}.memory.json",
+        key=key,
+        memory=stages / f"{name}.{key}.memory.json",
         runs={task: stages / f"{name}.{task}.{k}.score.json" for task, k in task_keys.items()},
         items={task: matrix.out / "items" / name / f"{task}.{k}.jsonl" for task, k in task_keys.items()},
         load=stages / f"{name}.{key}.capacity.json",
         load_wanted=matrix.cfg.load and not (dequantized or planned),
         perplexity=stages / f"{name}.{ppl_key}.perplexity.json",
         log=matrix.out / "logs" / f"{name}.{key}.log",
-    )  # fmt: skip
+    )
