@@ -143,3 +143,19 @@ def test_long_prompt_tasks_are_estimated_at_their_own_rate_not_the_short_items_o
     assert task_items_per_s(rates, "mmlu", None) == 6.0
     recorded = Rates(**{**rates.__dict__, "task_items_per_s": {"ko_rag": 0.4}})
     assert task_items_per_s(recorded, "ko_rag", long_prompts) == 0.4
+
+
+def test_generation_tasks_are_estimated_by_the_tokens_they_may_generate() -> None:
+    """An lm-eval generation task's first run was estimated at the letter-choice rate (43 items/s; it
+    generated 1.23 items/s): without a record each item costs a short item per token it may generate."""
+    rates = Rates(
+        items_per_s=40.0,
+        task_items_per_s={"lm-eval:recorded": 2.0},
+        server_start_s=30.0,
+        perplexity_s=30.0,
+        build_s={},
+        source="test",
+    )
+    assert task_items_per_s(rates, "lm-eval:kqe_kmmlu_hard_gen", None, 32) == pytest.approx(40.0 / 32)
+    assert task_items_per_s(rates, "lm-eval:one_token", None, 0.5) == 40.0  # never faster than a choice
+    assert task_items_per_s(rates, "lm-eval:recorded", None, 32) == 2.0

@@ -80,7 +80,7 @@ def score_generation(items: list[RagItem], job: ScoringJob) -> ScoreRun:
         return _generate(encoded, GenerationClient(job.endpoint, job.concurrency), job.concurrency)
 
     ids = [item.item_id for item in items]
-    run = score_missing(ids, stale, start, job, TASK)
+    run = score_missing(ids, stale, start, job, TASK, generated=True)
     flagged = closed_book_flags(read_jsonl(job.items_path, ItemResult))
     write_atomic(job.items_path, "".join(result.model_dump_json() + "\n" for result in flagged))
     return run

@@ -92,7 +92,7 @@ def score_lm_eval_generation(
         client = GenerationClient(job.endpoint, job.concurrency)
         return _generate(encoded, client, judge, job.concurrency, seed)
 
-    return score_missing([item.item_id for item in items], stale, start, job, items[0].task)
+    return score_missing([item.item_id for item in items], stale, start, job, items[0].task, generated=True)
 
 
 def _generate(

@@ -52,8 +52,10 @@ def score_missing(
     start: Callable[[list[str]], Generator[ItemResult, None, None]],
     job: ScoringJob,
     task: str,
+    generated: bool = False,
 ) -> ScoreRun:
-    """Score the items of `item_ids` that `job.items_path` does not hold yet and summarize them all.
+    """Score the items of `item_ids` that `job.items_path` does not hold yet and summarize them all
+    (`generated`: the items are generated answers, said in the ScoreRun).
 
     `start` gets the ids left to score and returns their results as they finish; it is called before
     the clock starts, so encoding the prompts does not count against items/s. Results of items outside
@@ -80,7 +82,8 @@ def score_missing(
                         progress(len(results), len(item_ids))
             items_per_s = len(todo) / (time.perf_counter() - started)
             log.info("%s %s: %d items at %.2f items/s", checkpoint, task, len(todo), items_per_s)
-    return summarize(list(results.values()), checkpoint, task, items_path, job.profile_key, items_per_s)
+    summary = summarize(list(results.values()), checkpoint, task, items_path, job.profile_key, items_per_s)
+    return summary.model_copy(update={"generated": generated})
 
 
 def results_as_done(

@@ -286,6 +286,9 @@ class ScoreRun(Record):
     """Per-item JSON Lines file."""
     profile_key: str
     """Hash of the serve profile used."""
+    generated: bool = False
+    """Whether its items were generated (ko_rag's answers, an lm-eval generation task): its rate is then
+    no letter-choice scoring rate."""
 
 
 class RunSummary(Record):

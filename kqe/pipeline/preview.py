@@ -48,6 +48,12 @@ REFERENCE_ITEM_TOKENS = 118
 questions): on an AMD EPYC Zen 4 (AVX-512 BF16, 2 cores, 2026-12-05) the base scored ko_rag at 0.655
 items/s with prompts of 2,239 tokens on average (1,466 prompt tokens/s) where the probe expects 12.4
 short items/s. A task of long prompts without a recorded rate (ko_rag) is estimated at that ratio."""
+GENERATED_TOKEN_ITEMS = 1.0
+"""Letter-choice items one generated token costs as much as, for a generation task without a recorded
+rate: gemma3-270m on this suite's server (2 cores, 8 in flight, Intel Xeon with AMX, 2026-12-07)
+generated kqe_kmmlu_hard_gen's answers (32 tokens at most, 14.6 on average) at 1.23 items/s where the
+probe expects 43 short items/s, about one item per generated token allowed. An estimate takes
+`max_gen_toks`, the most a task may generate."""
 SLOW_ITEMS_PER_S = 4.0
 """Below this scoring rate a run says up front that the machine is slow."""
 
@@ -77,10 +83,13 @@ def recorded_rates(matrix: RunMatrix) -> Rates:
     key = matrix.profile.key  # another dtype or profile scores at another rate
     runs = _records(out / "stages", "*.score.json", ScoreRun)
     by_task: dict[str, list[float]] = {}
+    generated = set()
     for run in runs:
         if run.items_per_s and run.profile_key == key:
             by_task.setdefault(run.task, []).append(run.items_per_s)
-    speeds = [speed for task, found in by_task.items() if task not in _LONG_PROMPT_TASKS for speed in found]
+            generated |= {run.task} if run.generated else set()
+    short = [task for task in by_task if task not in _LONG_PROMPT_TASKS and task not in generated]
+    speeds = [speed for task in short for speed in by_task[task]]
     ppl = [r.wall_s for r in _records(out / "stages", "*.perplexity.json", Perplexity)]
     logs = (path.read_text(errors="replace") for path in _files(out / "logs", "*.log"))
     starts = [seconds for seconds in map(startup_seconds, logs) if seconds]
@@ -109,11 +118,16 @@ _LONG_PROMPT_TASKS = (rag_task.TASK, rag_task.MC_TASK)
 """Tasks whose prompts are contexts of thousands of tokens: their rates say nothing about short items."""
 
 
-def task_items_per_s(rates: Rates, task: str, prompt_tokens: float | None) -> float:
+def task_items_per_s(
+    rates: Rates, task: str, prompt_tokens: float | None, generated_tokens: float | None = None
+) -> float:
     """Items/s to expect for `task`: what it recorded here, else the short-item rate scaled down to
-    prompts of `prompt_tokens` on average (`REFERENCE_ITEM_TOKENS`), where that is given."""
+    prompts of `prompt_tokens` on average (`REFERENCE_ITEM_TOKENS`), where that is given, or to answers
+    of `generated_tokens` at most (`GENERATED_TOKEN_ITEMS`) for a generation task."""
     if task in rates.task_items_per_s:
         return rates.task_items_per_s[task]
+    if generated_tokens:
+        return rates.items_per_s / max(1.0, GENERATED_TOKEN_ITEMS * generated_tokens)
     if prompt_tokens and task in _LONG_PROMPT_TASKS:
         return rates.items_per_s * min(1.0, REFERENCE_ITEM_TOKENS / prompt_tokens)
     return rates.items_per_s
@@ -224,7 +238,12 @@ def _entry_plan(
     rag_tokens = (
         mean(i.prompt_tokens for i in matrix.rag.generation) if matrix.rag and matrix.rag.generation else None
     )
-    score_s = sum(n / task_items_per_s(rates, task, rag_tokens) for task, n in left.items())
+    answers = {
+        task: mean(i.max_gen_toks for i in g.items) for task, g in matrix.generation.items() if g.items
+    }
+    score_s = sum(
+        n / task_items_per_s(rates, task, rag_tokens, answers.get(task)) for task, n in left.items()
+    )
     cost |= {"serve": rates.server_start_s, "score": score_s, "perplexity": rates.perplexity_s}
     return f"{building}, serve, score {n_items} items", cost
 
