@@ -214,10 +214,12 @@ class LeaderboardRow(Record):
     def task_scores(self, prefix: str) -> TaskScores:
         """One task column prefix's accuracy and Δ against the base with its CI (`kqe choose` reads these)."""
         return TaskScores(
-            acc=getattr(self, f"{prefix}_acc"), delta=getattr(self, f"{prefix}_delta"),
-            ci_low=getattr(self, f"{prefix}_ci_low"), ci_high=getattr(self, f"{prefix}_ci_high"),
+            acc=getattr(self, f"{prefix}_acc"),
+            delta=getattr(self, f"{prefix}_delta"),
+            ci_low=getattr(self, f"{prefix}_ci_low"),
+            ci_high=getattr(self, f"{prefix}_ci_high"),
             verdict=getattr(self, f"{prefix}_verdict"),
-        )  # fmt: skip
+        )
 
     def __getattr__(self, name: str) -> Any:
         if name in GENERATED_COLUMNS:

@@ -104,8 +104,11 @@ def placement_caveats(rows: Sequence[LeaderboardRow]) -> list[str]:
             "not measured: this machine is not that GPU. Quality was measured where each row's "
             "score_device and serve_profile say."
         )
-    unfit = [f"{r.checkpoint} (pattern {r.target_pattern}, short {r.target_shortfall_gib} GiB)"
-             for r in rows if r.fits_target is False]  # fmt: skip
+    unfit = [
+        f"{r.checkpoint} (pattern {r.target_pattern}, short {r.target_shortfall_gib} GiB)"
+        for r in rows
+        if r.fits_target is False
+    ]
     if unfit:
         notes.append(f"Not deployable on the target as configured: {', '.join(unfit)}; scored elsewhere.")
     base = next((r for r in rows if r.scheme == BASE_SCHEME), None)

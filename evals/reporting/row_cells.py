@@ -112,10 +112,17 @@ def placement_cells(placement: Placement) -> Cells:
     cells: Cells = {"memory_source": placement.memory_source}
     if plan is not None:
         target = f"{plan.gpu or f'{plan.gpu_gib:g} GiB GPU'} ×{plan.tensor_parallel_size}"
-        cells |= {"fits_target": plan.fits, "target_pattern": plan.pattern,
-                  "target_shortfall_gib": placement.shortfall_gib}  # fmt: skip
+        cells |= {
+            "fits_target": plan.fits,
+            "target_pattern": plan.pattern,
+            "target_shortfall_gib": placement.shortfall_gib,
+        }
     if score is not None:
         profile = score.profile
-        cells |= {"score_device": score.device, "score_tensor_parallel_size": profile.tensor_parallel_size,
-                  "score_cpu_offload_gib": profile.cpu_offload_gib, "score_placement": score.why}  # fmt: skip
+        cells |= {
+            "score_device": score.device,
+            "score_tensor_parallel_size": profile.tensor_parallel_size,
+            "score_cpu_offload_gib": profile.cpu_offload_gib,
+            "score_placement": score.why,
+        }
     return cells | {"target": target}

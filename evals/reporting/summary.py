@@ -56,6 +56,10 @@ def _cells(
     if row.ppl_ko_delta_pct_ci_low is not None and row.ppl_ko_delta_pct_ci_high is not None:
         ppl += f" [{row.ppl_ko_delta_pct_ci_low:+.1f}, {row.ppl_ko_delta_pct_ci_high:+.1f}]"
     return [
-        printable(row.checkpoint), *deltas, *(v.split(" (")[0] for v in verdict), ppl,
-        cell(row.weights_gib, ".2f"), cell(row.max_concurrency, ".1f"),
-    ]  # fmt: skip
+        printable(row.checkpoint),
+        *deltas,
+        *(v.split(" (")[0] for v in verdict),
+        ppl,
+        cell(row.weights_gib, ".2f"),
+        cell(row.max_concurrency, ".1f"),
+    ]

@@ -113,9 +113,14 @@ def ko_faq_rows(ko: Path, en: Path, task: str = "ko_faq") -> list[Row]:
         choices = [english[n] for n in rng.sample(others, 3)] + [english[number]]
         rng.shuffle(choices)
         rows.append(
-            {"subject": f"chapter_{int(chapter):02d}", "question": question, "choices": choices,
-             "answer": choices.index(english[number]), "section": number}
-        )  # fmt: skip
+            {
+                "subject": f"chapter_{int(chapter):02d}",
+                "question": question,
+                "choices": choices,
+                "answer": choices.index(english[number]),
+                "section": number,
+            }
+        )
     return with_item_ids(task, rows)
 
 

@@ -50,10 +50,14 @@ def faq_chapter_rows(ko: Path, en: Path, language: str, task: str) -> list[Row]:
         rng.shuffle(picked)
         subject = f"chapter_{int(chapter):02d}"
         rows.append(
-            {"item_id": f"{task}/{subject}/{number}", "subject": subject,
-             "question": questions[language][number], "choices": [chapters[language][c] for c in picked],
-             "answer": picked.index(chapter)}
-        )  # fmt: skip
+            {
+                "item_id": f"{task}/{subject}/{number}",
+                "subject": subject,
+                "question": questions[language][number],
+                "choices": [chapters[language][c] for c in picked],
+                "answer": picked.index(chapter),
+            }
+        )
     return rows
 
 
@@ -64,7 +68,12 @@ def faq_chapter_source(language: str, ws: Workspace, online: bool) -> Source:
     if missing:
         raise UserError(f"{', '.join(missing)} missing: run `make setup` to fetch the offline sources")
     return Source(
-        f"Debian FAQ chapters ({language.upper()}, parallel)", "debian-faq 11.1, offline",
-        files_sha(list(paths.values())), "same", True, None, None,
+        f"Debian FAQ chapters ({language.upper()}, parallel)",
+        "debian-faq 11.1, offline",
+        files_sha(list(paths.values())),
+        "same",
+        True,
+        None,
+        None,
         lambda task: offline_rows(faq_chapter_rows(paths["ko"], paths["en"], language, task)),
-    )  # fmt: skip
+    )

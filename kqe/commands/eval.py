@@ -222,9 +222,14 @@ def eval_command(**options: Any) -> None:
             _print_plan(cfg, as_json)
             return
         columns = (
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            RateColumn(), TextColumn("eta"), TimeRemainingColumn(),
-        )  # fmt: skip
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            RateColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+        )
         with Progress(*columns, console=console) as progress:
             board = run_eval(cfg, Workspace.from_env(), ProgressDisplay(progress), executor)
         rows = read_leaderboard(board)
@@ -270,8 +275,10 @@ def _print_answer(cfg: EvalConfig, board: Path, rows: list[Any]) -> None:
     if run is not None and not run.built and not run.served:
         console.print(
             f"everything reused: no checkpoint built, no server started ({len(rows)} checkpoints); "
-            "the answer of the earlier run:", highlight=False, markup=False,
-        )  # fmt: skip
+            "the answer of the earlier run:",
+            highlight=False,
+            markup=False,
+        )
     echo("\n".join([*item_lines(rows), *summary_table(rows)]))
     if cfg.target_gpu:
         try:  # the run is done whatever choose says: its answer is a finding, not a failure

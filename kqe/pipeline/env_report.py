@@ -75,7 +75,7 @@ class MachineReport:
             f"profile   {self.profile}, {self.threads or '?'} compute threads",
             f"probe     256×640·640×2048 linear: {timed}; FP8: {self._fp8()}",
             f"expected  {self._expected()}",
-        ]  # fmt: skip
+        ]
 
     def _fp8(self) -> str:
         if self.fp8_slowdown is None:

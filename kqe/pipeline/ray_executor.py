@@ -123,9 +123,13 @@ class RayExecutor:
         return request
 
     def _collect(
-        self, ray: Any, running: dict[Any, MatrixEntry], board: Any, matrix: RunMatrix,
+        self,
+        ray: Any,
+        running: dict[Any, MatrixEntry],
+        board: Any,
+        matrix: RunMatrix,
         outcomes: dict[str, CheckpointOutcome],
-    ) -> None:  # fmt: skip
+    ) -> None:
         pending = list(running)
         while pending:
             done, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
