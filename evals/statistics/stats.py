@@ -2,7 +2,9 @@
 
 Every checkpoint is scored on identical items, so the comparison is paired: the bootstrap resamples
 items (or whole subjects, the clusters the items were drawn in) for both checkpoints at once, and the
-test looks only at the items whose correctness differs (exact McNemar). Each task ends in a verdict:
+test looks only at the items whose correctness differs (exact McNemar), which treats items as
+independent; with subjects the cluster-level test (`evals.statistics.cluster_tests`) stands beside it
+and the verdict follows the larger p of the two. Each task ends in a verdict:
 the loss is real, or ruled out beyond a margin, or beyond what this many items can see (the MDE).
 """
 
@@ -17,6 +19,7 @@ from statistics import NormalDist
 import numpy as np
 from numpy.typing import ArrayLike
 
+from evals.statistics.cluster_tests import clustered_test
 from evals.statistics.multiplicity import ADJUSTMENTS, holm
 from evals.statistics.pairing import PairedItems, Scored, pair_items, read_items
 from evals.tasks.registry import KOREAN_TO_ENGLISH
@@ -241,6 +244,12 @@ def _agreement(
     return found | {"top_agreement_ci_high": min(kept_high, 1.0)}
 
 
+def tested_p(comparison: Comparison) -> float:
+    """The p a verdict judges by (before the multiplicity correction): the larger of McNemar's, which
+    treats items as independent, and the cluster-level one where the items fall in subjects."""
+    return max(comparison.mcnemar_p, comparison.cluster_p if comparison.cluster_p is not None else 0.0)
+
+
 def verdict(ci_low: float, ci_high: float, p: float, margin: float, mde: float) -> str:
     """A loss is significant when the (Holm-adjusted) exact test and the 95% CI both say so; else the
     CI's lower end above −margin rules out a loss as large as the margin; else n was too small."""
@@ -283,17 +292,23 @@ def _compare_with_replicates(
         recovery, (recovery_low, recovery_high) = acc_cand / acc_base, percentile_ci(ratios, step / acc_base)
         recovery_low = max(recovery_low, 0.0)
     p = float(mcnemar_p(flips_c2w, flips_w2c))
+    clustered = None
+    if replicates.method != ITEM_BOOTSTRAP:
+        clustered = clustered_test(paired.cand_ok.astype(float) - paired.base_ok, paired.clusters)
+    tested = max(p, clustered.p if clustered else 0.0)
     mde = minimum_detectable_effect(n, (flips_c2w + flips_w2c) / n)
     comparison = Comparison(
         task=task, base=names[0], candidate=names[1], n=n, acc_base=acc_base, acc_cand=acc_cand,
         delta=acc_cand - acc_base, ci_low=ci_low, ci_high=ci_high, mcnemar_p=p,
-        mcnemar_midp=float(mcnemar_p(flips_c2w, flips_w2c, mid=True)), p_holm=p,
+        mcnemar_midp=float(mcnemar_p(flips_c2w, flips_w2c, mid=True)), p_holm=tested,
         flips_c2w=flips_c2w, flips_w2c=flips_w2c, flip_rate=(flips_c2w + flips_w2c) / n,
         mean_kl=None, top_agreement=None, recovery=recovery, recovery_ci_low=recovery_low,
         recovery_ci_high=recovery_high, margin=margin,
         noninf_p=float((1 + np.sum(deltas - step <= -margin)) / (1 + resamples)), mde=mde,
-        verdict=verdict(ci_low, ci_high, p, margin, mde), bootstrap_resamples=resamples, seed=seed,
+        verdict=verdict(ci_low, ci_high, tested, margin, mde), bootstrap_resamples=resamples, seed=seed,
         ci_method=replicates.method, clusters=replicates.clusters,
+        cluster_p=clustered.p if clustered else None,
+        cluster_p_method=clustered.method if clustered else None,
     )  # fmt: skip
     comparison = comparison.model_copy(update=_agreement(paired, replicates, resamples, rng))
     return comparison, deltas
@@ -337,7 +352,8 @@ def compare_tasks(
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = SEED,
 ) -> dict[str, Comparison]:
-    """Compare every task both hold; p is Holm-adjusted across them and verdicts use the adjusted p.
+    """Compare every task both hold; the tested p (`tested_p`) is Holm-adjusted across them and verdicts
+    use the adjusted p.
 
     A Korean task whose English twin was compared too also gets the loss gap Δ(Korean) − Δ(English)
     with a 95% CI; the two tasks hold different items, so each is resampled on its own.
@@ -349,7 +365,7 @@ def compare_tasks(
             paired = pair_items(base[task], cand_items)
             names = (base_name, cand_name)
             results[task] = _compare_with_replicates(task, names, paired, margin, resamples, seed)
-    adjusted = holm([comparison.mcnemar_p for comparison, _ in results.values()])
+    adjusted = holm([tested_p(comparison) for comparison, _ in results.values()])
     final: dict[str, Comparison] = {}
     for (task, (c, deltas)), p in zip(results.items(), adjusted, strict=True):
         update: dict[str, object] = {"p_holm": float(p)}
@@ -391,7 +407,7 @@ def adjust_run(
     if method not in ADJUSTMENTS:
         return {name: dict(tasks) for name, tasks in vs_base.items()}
     keys = [(name, task) for name, tasks in vs_base.items() for task in tasks]
-    adjusted = ADJUSTMENTS[method]([vs_base[name][task].mcnemar_p for name, task in keys])
+    adjusted = ADJUSTMENTS[method]([tested_p(vs_base[name][task]) for name, task in keys])
     found: dict[str, dict[str, Comparison]] = {name: {} for name in vs_base}
     for (name, task), p in zip(keys, adjusted, strict=True):
         c = vs_base[name][task]
