@@ -244,7 +244,7 @@ def _agreement(
     return found | {"top_agreement_ci_high": min(kept_high, 1.0)}
 
 
-def tested_p(comparison: Comparison) -> float:
+def verdict_p(comparison: Comparison) -> float:
     """The p a verdict judges by (before the multiplicity correction): the larger of McNemar's, which
     treats items as independent, and the cluster-level one where the items fall in subjects."""
     return max(comparison.mcnemar_p, comparison.cluster_p if comparison.cluster_p is not None else 0.0)
@@ -352,7 +352,7 @@ def compare_tasks(
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = SEED,
 ) -> dict[str, Comparison]:
-    """Compare every task both hold; the tested p (`tested_p`) is Holm-adjusted across them and verdicts
+    """Compare every task both hold; the tested p (`verdict_p`) is Holm-adjusted across them and verdicts
     use the adjusted p.
 
     A Korean task whose English twin was compared too also gets the loss gap Δ(Korean) − Δ(English)
@@ -365,7 +365,7 @@ def compare_tasks(
             paired = pair_items(base[task], cand_items)
             names = (base_name, cand_name)
             results[task] = _compare_with_replicates(task, names, paired, margin, resamples, seed)
-    adjusted = holm([tested_p(comparison) for comparison, _ in results.values()])
+    adjusted = holm([verdict_p(comparison) for comparison, _ in results.values()])
     final: dict[str, Comparison] = {}
     for (task, (c, deltas)), p in zip(results.items(), adjusted, strict=True):
         update: dict[str, object] = {"p_holm": float(p)}
@@ -407,7 +407,7 @@ def adjust_run(
     if method not in ADJUSTMENTS:
         return {name: dict(tasks) for name, tasks in vs_base.items()}
     keys = [(name, task) for name, tasks in vs_base.items() for task in tasks]
-    adjusted = ADJUSTMENTS[method]([tested_p(vs_base[name][task]) for name, task in keys])
+    adjusted = ADJUSTMENTS[method]([verdict_p(vs_base[name][task]) for name, task in keys])
     found: dict[str, dict[str, Comparison]] = {name: {} for name in vs_base}
     for (name, task), p in zip(keys, adjusted, strict=True):
         c = vs_base[name][task]
