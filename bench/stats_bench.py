@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from evals.statistics.mcnemar import mcnemar_p, minimum_detectable_effect
 from evals.statistics.pairing import PairedItems, ScoredItem
 from evals.statistics.stats import (
     BOOTSTRAP_RESAMPLES,
@@ -35,8 +36,6 @@ from evals.statistics.stats import (
     _cluster_replicates,
     compare_paired,
     compare_tasks,
-    mcnemar_p,
-    minimum_detectable_effect,
     percentile_ci,
 )
 

@@ -15,6 +15,7 @@ from scipy.stats import binom, binomtest, bootstrap, norm
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 
+from evals.statistics.mcnemar import mcnemar_p, minimum_detectable_effect
 from evals.statistics.multiplicity import holm
 from evals.statistics.pairing import PairedItems, read_items
 from evals.statistics.stats import (
@@ -29,9 +30,7 @@ from evals.statistics.stats import (
     choice_agreement,
     compare,
     compare_tasks,
-    mcnemar_p,
     mean_ci,
-    minimum_detectable_effect,
     small_sample_stretch,
 )
 from kqe.cli import main

@@ -17,9 +17,9 @@ from pathlib import Path
 from statistics import NormalDist
 
 import numpy as np
-from numpy.typing import ArrayLike
 
 from evals.statistics.cluster_tests import clustered_test
+from evals.statistics.mcnemar import ALPHA, mcnemar_p, minimum_detectable_effect
 from evals.statistics.multiplicity import ADJUSTMENTS, holm
 from evals.statistics.pairing import PairedItems, Scored, pair_items, read_items
 from evals.tasks.registry import KOREAN_TO_ENGLISH
@@ -28,54 +28,15 @@ from kqe.core.results import Comparison
 
 BOOTSTRAP_RESAMPLES = 10_000
 SEED = 20261129
-ALPHA = 0.05
-"""Two-sided level of the McNemar test and of the 95% CIs."""
 Z_CI = NormalDist().inv_cdf(1 - ALPHA / 2)
 """1.96; scipy.stats is imported only where needed, not by every `kqe` command (0.6 s of each start)."""
 UNPAIRED = "unpaired (different items)"
 """`ko_en_gap_pairing` of two tasks on different items (evals/statistics/parallel.py: matched items)."""
-POWER = 0.80
-"""Power the minimum detectable effect is computed for."""
 DEFAULT_MARGIN = 0.01
 """Non-inferiority margin as a fraction: a loss under one accuracy point is taken as acceptable."""
 NO_LOSS = "no loss detected within margin"
 SIGNIFICANT_LOSS = "significant loss"
 _PICK_CELLS = 4_000_000  # bounds each block of the resamples × clusters draws (32 MB)
-
-
-def mcnemar_p(flips_c2w: ArrayLike, flips_w2c: ArrayLike, mid: bool = False) -> np.ndarray:
-    """Two-sided exact McNemar p (binomial test of the discordant pairs against 1/2), vectorised.
-
-    The mid-p variant subtracts the probability of the observed split itself, which brings the test's
-    size close to nominal instead of below it (Fagerland, Lydersen & Laake 2013)."""
-    from scipy.stats import binom
-
-    b, c = np.asarray(flips_c2w), np.asarray(flips_w2c)
-    discordant, smaller = b + c, np.minimum(b, c)
-    p = 2 * binom.cdf(smaller, discordant, 0.5)
-    if mid:
-        p = p - binom.pmf(smaller, discordant, 0.5)
-    return np.minimum(p, 1.0)
-
-
-def minimum_detectable_effect(
-    n: int, discordance: float, alpha: float = ALPHA, power: float = POWER
-) -> float:
-    """Smallest |Δ| the two-sided McNemar test at `alpha` finds with `power`, for n paired items of
-    which a share `discordance` (ψ) flipped.
-
-    Connor's (1987) sample size n = (z_a √ψ + z_b √(ψ − Δ²))² / Δ² solved for Δ gives
-    Δ = (z_a √(ψ n) + z_b √(ψ (n + z_b² − z_a²))) / (n + z_b²). A loss Δ flips at least Δ·n items,
-    so ψ is raised to Δ when fewer flips were seen: then Δ = ((z_a √n + z_b √(n + z_b² − z_a²)) /
-    (n + z_b²))², about 7.8 / n, the loss that all-one-way flips must reach to be detected.
-    """
-    if n <= 0:
-        return 1.0
-    z_a, z_b = NormalDist().inv_cdf(1 - alpha / 2), NormalDist().inv_cdf(power)
-    spread = max(n + z_b**2 - z_a**2, 0.0)
-    observed = (z_a * np.sqrt(discordance * n) + z_b * np.sqrt(discordance * spread)) / (n + z_b**2)
-    all_flips = ((z_a * np.sqrt(n) + z_b * np.sqrt(spread)) / (n + z_b**2)) ** 2
-    return float(min(max(observed, all_flips), 1.0))
 
 
 def cluster_sums(totals: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
