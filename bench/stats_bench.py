@@ -27,16 +27,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from evals.statistics.mcnemar import mcnemar_p, minimum_detectable_effect
+from evals.statistics.bootstrap import BOOTSTRAP_RESAMPLES, ITEM_FLOOR, _cluster_replicates, percentile_ci
 from evals.statistics.pairing import PairedItems, ScoredItem
 from evals.statistics.stats import (
-    BOOTSTRAP_RESAMPLES,
-    ITEM_FLOOR,
     SIGNIFICANT_LOSS,
-    _cluster_replicates,
     compare_paired,
     compare_tasks,
-    percentile_ci,
+    mcnemar_p,
+    minimum_detectable_effect,
 )
 
 OUT_DIR = Path("results/bench")

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from evals.planning.choose import Deployment, choose, measured_applies, profile_for_gpu
+from evals.planning.candidates import Deployment
+from evals.planning.choose import choose, measured_applies, profile_for_gpu
 from evals.planning.placement import target_from
 from evals.planning.vllm_memory import gpu_named, load_gpus
 from evals.reporting.diff import diff

@@ -41,6 +41,7 @@ CHANGED: dict[str, Any] = {
     "rag_data": "/data/my rag's folder",
     "rag_conditions": ("oracle", "depth"),
     "rag_chat_template": True,
+    "apply_chat_template": True,
     "include_path": "/tasks/yaml",
     "trust_remote_code": True,
     "recipes": "my recipes.toml",

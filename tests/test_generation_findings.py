@@ -10,7 +10,9 @@ from scipy import stats as scipy_stats
 
 from evals.statistics import paired_means
 from evals.statistics.generation_findings import (
+    PairedEstimate,
     base_findings,
+    continuous_verdict,
     first_difference,
     generation_findings,
     wilson_ci,
@@ -95,6 +97,31 @@ def test_continuous_metrics_get_a_paired_delta_and_binary_ones_are_left_to_mcnem
     assert (f1.base, f1.candidate) == (pytest.approx(0.8), pytest.approx(0.55))
     assert f1.delta.value == pytest.approx(-0.25) and f1.delta.n == 6
     assert f1.delta.ci_low < -0.25 < f1.delta.ci_high < 0
+    assert f1.verdict == "significant loss"
+
+
+def test_continuous_verdicts_take_a_margin_of_one_percent_of_the_metrics_scale() -> None:
+    def pairs(key: str, base: float, shift: float, noise: float) -> tuple[list[ItemResult], list[ItemResult]]:
+        def one(i: int, value: float) -> ItemResult:
+            return item(f"q{i}", "답", subject=f"s{i % 8}", metrics={key: value})
+
+        wobble = [noise * (1 if i % 2 else -1) for i in range(40)]
+        return [one(i, base) for i in range(40)], [one(i, base + shift + wobble[i]) for i in range(40)]
+
+    verdicts = {
+        "chrF ±0.3 around 0 (0–100 scale)": (
+            pairs("chrf,none", 40.0, 0.0, 0.3),
+            "no loss detected within margin",
+        ),
+        "chrF −5": (pairs("chrf,none", 40.0, -5.0, 0.3), "significant loss"),
+        "F1 ±0.003 around 0 ([0, 1])": (pairs("f1,none", 0.4, 0.0, 0.003), "no loss detected within margin"),
+        "F1 ±0.3 around 0": (pairs("f1,none", 0.4, 0.0, 0.3), "inconclusive — n too small"),
+    }
+    for case, ((base, candidate), expected) in verdicts.items():
+        found = generation_findings(base, candidate)
+        assert found is not None
+        assert next(iter(found.metrics.values())).verdict == expected, case
+    assert continuous_verdict(PairedEstimate(-0.01, -0.05, 0.03, 3), 0.01) == "inconclusive — n too small"
 
 
 def test_base_row_needs_no_ci_and_has_no_delta() -> None:

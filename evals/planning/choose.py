@@ -5,29 +5,30 @@
   but small loss qualifies; a point estimate inside the budget with a CI reaching past it does not.
   Among checkpoints that qualify, quality ranks by that same lower bound, so noise never ranks a
   checkpoint up; the base's Δ is 0 by definition, so it wins whenever it fits and meets the concurrency.
-- Memory: measured (the leaderboard's vLLM numbers) only when the run served on a GPU under the same
-  profile, one written for this GPU (its `gpu` in profiles.toml), with the same GPU count
-  (`measured_applies`); the planner otherwise. Each candidate's memory is a `MemoryReport` whose
-  `source` (`vllm-log` or `planner`) and `profile` say which.
-- Rank: qualifies, fits, meets the concurrency, within budget, quality (CI lower bound), max
-  concurrency, smaller weights; the runner-up is second in that order.
+- Memory: measured or planned, as `candidates.py` says.
+- Rank (`candidates.rank_key`): qualifies, fits, meets the concurrency, within budget, quality (CI
+  lower bound), max concurrency, smaller weights; the runner-up is second in that order.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
-from pydantic import computed_field
-
-from evals.planning.placement import Target
-from evals.planning.planner import Plan, plan
+from evals.planning.candidates import (
+    Candidate,
+    Deployment,
+    concurrency,
+    memory_on_target,
+    plan_on_target,
+    rank_key,
+)
+from evals.planning.planner import Plan
 from evals.planning.scored_row import ScoredRow
-from evals.planning.vllm_memory import Gpu, PlanRequest, load_gpus
+from evals.planning.vllm_memory import Gpu, load_gpus
 from evals.tasks.registry import COLUMN_LABELS, COLUMN_PREFIXES
 from kqe.core.errors import UserError
-from kqe.core.records import MemoryReport, ModelSpec, Record, ServeProfile
+from kqe.core.records import MemoryReport, Record, ServeProfile
 from kqe.core.results import RunSummary
 from kqe.core.schemes import BASE_SCHEME
 
@@ -47,46 +48,6 @@ def points(fraction: float) -> str:
 
 
 # --- choose ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Deployment:
-    """What `kqe choose` plans for: the model on the target (a named GPU, how many, the serve
-    profile), and whether the run measured it there."""
-
-    model: ModelSpec
-    target: Target
-    measured: bool = False
-    """The leaderboard's memory columns were measured on this GPU class under this profile."""
-
-
-class Candidate(Record):
-    """One leaderboard row judged against the budget and the target."""
-
-    checkpoint: str
-    scheme: str
-    calibration: str
-    status: str
-    acc: float | None
-    delta: float | None
-    """Δ accuracy vs the base on the chosen task (fraction)."""
-    ci_low: float | None
-    ci_high: float | None
-    verdict: str | None
-    other_task: str
-    """Label and Δ with CI on the other task, for context."""
-    memory: MemoryReport | None
-    """Its memory on the target under the profile: measured or planned (`source`); None when the
-    planner refuses the target."""
-    quality_ok: bool
-    memory_ok: bool
-    reasons: list[str]
-    """Why it does not qualify; empty when it does."""
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def qualifies(self) -> bool:
-        return self.quality_ok and self.memory_ok
 
 
 class Choice(Record):
@@ -128,43 +89,16 @@ def measured_applies(run: RunSummary | None, gpu: Gpu, profile: ServeProfile, co
     return on_gpu and profile.gpu == gpu.name
 
 
-def _plan(deployment: Deployment, scheme: str, gpu: Gpu | None = None, count: int | None = None) -> Plan:
-    """The planner on `count` × `gpu`, by default the target's own."""
-    target = deployment.target
-    request = PlanRequest.for_profile(
-        deployment.model, scheme, target.profile, engine="gpu", gpu=gpu, gpu_gib=target.gpu_gib
-    )
-    if gpu is None:
-        request = request.model_copy(
-            update={"gpu": target.gpu, "compute_capability": target.compute_capability}
-        )
-    return plan(request.model_copy(update={"tensor_parallel_size": count or target.count}))
-
-
-def _memory(row: ScoredRow, deployment: Deployment) -> MemoryReport:
-    """The row's measured memory when the run measured this target, else the planner's."""
-    profile = deployment.target.profile
-    if deployment.measured and row.max_concurrency is not None:
-        return MemoryReport(
-            source="vllm-log", device="gpu", weights_gib=row.weights_gib, kv_cache_gib=row.kv_cache_gib,
-            kv_cache_tokens=row.kv_cache_tokens, max_concurrency=row.max_concurrency,
-            max_model_len=profile.max_model_len, summary="served by vLLM in the run", profile=profile.name,
-        )  # fmt: skip
-    return _plan(deployment, row.scheme).memory_report(profile.name)
-
-
-def _concurrency(memory: MemoryReport | None) -> float:
-    """Requests of max_model_len the memory holds at once; 0 when unknown or when it does not fit."""
-    if memory is None or memory.max_concurrency is None:
-        return 0.0
-    return memory.max_concurrency
-
-
 def _judged_scores(row: ScoredRow, prefix: str) -> dict:
     """A row's scores on a task column prefix, as `Candidate` fields."""
     found = row.task_scores(prefix)
-    scores = {"acc": found.acc, "delta": found.delta, "ci_low": found.ci_low, "ci_high": found.ci_high,
-              "verdict": found.verdict}  # fmt: skip
+    scores = {
+        "acc": found.acc,
+        "delta": found.delta,
+        "ci_low": found.ci_low,
+        "ci_high": found.ci_high,
+        "verdict": found.verdict,
+    }
     if row.scheme == BASE_SCHEME and scores["acc"] is not None:
         # the leaderboard leaves the base's Δ empty: it is the reference, nothing lost by definition
         scores.update(delta=0.0, ci_low=0.0, ci_high=0.0)
@@ -204,29 +138,28 @@ def judge(
     quality_ok = not reasons
     memory: MemoryReport | None = None
     try:
-        memory = _memory(row, deployment)
+        memory = memory_on_target(row, deployment)
     except UserError as exc:
         reasons.append(f"planner: {exc}")
     if memory is not None and not memory.fits:
         reasons.append(memory.summary)
-    elif memory is not None and _concurrency(memory) < min_concurrency:
+    elif memory is not None and concurrency(memory) < min_concurrency:
         reasons.append(
-            f"{_concurrency(memory):.1f} concurrent requests < --min-concurrency {min_concurrency:g}"
+            f"{concurrency(memory):.1f} concurrent requests < --min-concurrency {min_concurrency:g}"
         )
-    memory_ok = memory is not None and memory.fits and _concurrency(memory) >= min_concurrency
+    memory_ok = memory is not None and memory.fits and concurrency(memory) >= min_concurrency
     return Candidate(
-        checkpoint=row.checkpoint, scheme=row.scheme, calibration=row.calibration, status=row.status,
+        checkpoint=row.checkpoint,
+        scheme=row.scheme,
+        calibration=row.calibration,
+        status=row.status,
         other_task=_other_tasks(row, prefix),
-        memory=memory, quality_ok=quality_ok, memory_ok=memory_ok, reasons=reasons, **scores,
-    )  # fmt: skip
-
-
-def _rank_key(c: Candidate) -> tuple:
-    concurrency = _concurrency(c.memory)
-    weights = c.memory.weights_gib if c.memory and c.memory.weights_gib is not None else math.inf
-    ci_low = c.ci_low if c.ci_low is not None else -math.inf
-    fits = c.memory is not None and c.memory.fits
-    return (not c.qualifies, not fits, not c.memory_ok, not c.quality_ok, -ci_low, -concurrency, weights)
+        memory=memory,
+        quality_ok=quality_ok,
+        memory_ok=memory_ok,
+        reasons=reasons,
+        **scores,
+    )
 
 
 def choose(
@@ -241,7 +174,7 @@ def choose(
             f"the leaderboard holds {len(models)} models ({', '.join(models)}): pass --model NAME"
         )
     prefix = task_prefix(task)
-    ranked = sorted((judge(r, deployment, prefix, max_loss, min_concurrency) for r in rows), key=_rank_key)
+    ranked = sorted((judge(r, deployment, prefix, max_loss, min_concurrency) for r in rows), key=rank_key)
     if all(c.memory is None for c in ranked):  # the target itself is wrong (e.g. the GPU count)
         raise UserError(
             next(r for r in ranked[0].reasons if r.startswith("planner: ")).removeprefix("planner: ")
@@ -251,11 +184,21 @@ def choose(
     base = next((c for c in ranked if c.scheme == BASE_SCHEME), None)
     target = deployment.target
     choice = Choice(
-        model=models[0], gpu=target.gpu or target.label, gpu_gib=target.gpu_gib, count=target.count,
-        task=prefix, max_loss=max_loss, min_concurrency=min_concurrency, profile=target.profile.name,
-        max_model_len=target.profile.max_model_len, chosen=chosen, runner_up=runner_up, candidates=ranked,
-        lines=[], would_qualify=[],
-    )  # fmt: skip
+        model=models[0],
+        gpu=target.gpu or target.label,
+        gpu_gib=target.gpu_gib,
+        count=target.count,
+        task=prefix,
+        max_loss=max_loss,
+        min_concurrency=min_concurrency,
+        profile=target.profile.name,
+        max_model_len=target.profile.max_model_len,
+        chosen=chosen,
+        runner_up=runner_up,
+        candidates=ranked,
+        lines=[],
+        would_qualify=[],
+    )
     if chosen is None:
         lines = [f"no checkpoint qualifies on {_target_label(choice)}:"]
         lines += [f"  {c.checkpoint}: {'; '.join(c.reasons)}" for c in ranked]
@@ -272,7 +215,7 @@ def _memory_text(memory: MemoryReport) -> str:
     weights = "?" if memory.weights_gib is None else f"{memory.weights_gib:.2f}"
     kv = "" if memory.kv_cache_gib is None else f", KV cache {memory.kv_cache_gib:.2f} GiB"
     tokens = "" if memory.kv_cache_tokens is None else f" = {memory.kv_cache_tokens:,} tokens"
-    return f"weights {weights} GiB{kv}{tokens}, {_concurrency(memory):.1f} concurrent requests"
+    return f"weights {weights} GiB{kv}{tokens}, {concurrency(memory):.1f} concurrent requests"
 
 
 def _source_text(memory: MemoryReport) -> str:
@@ -327,7 +270,7 @@ def _first_fit(
     asked, and its plan."""
     for c in candidates:
         try:
-            result = _plan(deployment, c.scheme, gpu, count)
+            result = plan_on_target(deployment, c.scheme, gpu, count)
         except UserError:  # e.g. a tensor parallel size this model cannot be split into
             continue
         if result.fits and result.max_concurrency >= min_concurrency:
@@ -368,7 +311,7 @@ def what_would_qualify(
                 break
     short = [c for c in in_budget if c.memory and c.memory.fits and not c.memory_ok]
     if short and (best := short[0]).memory:
-        lines.append(f"--min-concurrency {math.floor(_concurrency(best.memory))}: admits {best.checkpoint}")
+        lines.append(f"--min-concurrency {math.floor(concurrency(best.memory))}: admits {best.checkpoint}")
     lines += _looser_budget([c for c in scored if c.memory_ok and not c.quality_ok], max_loss)
     return lines or ["nothing on this leaderboard fits a named GPU, up to 8 of them: score other checkpoints"]
 

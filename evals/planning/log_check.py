@@ -168,9 +168,15 @@ def _corpus_models(file: Path, tables: dict, registry: dict[str, ModelSpec]) -> 
         except ValidationError as err:
             raise UserError(f"log corpus {file}: model {name!r}: {_first_error(err)}") from None
         count = dense_param_count(
-            layers=spec.layers, hidden=spec.hidden, intermediate=spec.intermediate, heads=spec.heads,
-            kv_heads=spec.kv_heads, head_dim=spec.head_dim, vocab=spec.vocab, tied=spec.tied_embeddings,
-        )  # fmt: skip
+            layers=spec.layers,
+            hidden=spec.hidden,
+            intermediate=spec.intermediate,
+            heads=spec.heads,
+            kv_heads=spec.kv_heads,
+            head_dim=spec.head_dim,
+            vocab=spec.vocab,
+            tied=spec.tied_embeddings,
+        )
         models[name] = spec.model_copy(update={"params_b": round(count / 1e9, 3)})
     return models
 

@@ -143,9 +143,15 @@ def place(
         if target is None:
             here = ScorePlacement(profile=run_profile, device=engine, why="the run's profile")
             placements.append(
-                Placement(checkpoint=name, scheme=scheme, target_plan=None, memory_source="vllm-log",
-                          shortfall_gib=None, score=here)
-            )  # fmt: skip
+                Placement(
+                    checkpoint=name,
+                    scheme=scheme,
+                    target_plan=None,
+                    memory_source="vllm-log",
+                    shortfall_gib=None,
+                    score=here,
+                )
+            )
         else:
             placements.append(_place_on_target(model, name, scheme, target, local, score_profile))
     where = local.name if engine == "cpu" else f"{local.name} ×{local.count}"
@@ -166,14 +172,23 @@ def _place_on_target(
     shortfall = None if planned is None or planned.fits else shortfall_gib(planned)
     score, reason = _score_placement(model, scheme, target, local, score_profile, planned)
     measured = (
-        score is not None and planned is not None and planned.fits and score.device == "gpu"
-        and score.profile == target.profile and _is_target_gpu(local, target)
-    )  # fmt: skip
+        score is not None
+        and planned is not None
+        and planned.fits
+        and score.device == "gpu"
+        and score.profile == target.profile
+        and _is_target_gpu(local, target)
+    )
     source: Literal["vllm-log", "planner"] | None = "vllm-log" if measured else "planner" if planned else None
     return Placement(
-        checkpoint=name, scheme=scheme, target_plan=planned, memory_source=source,
-        shortfall_gib=None if shortfall is None else round(shortfall, 2), score=score, reason=reason,
-    )  # fmt: skip
+        checkpoint=name,
+        scheme=scheme,
+        target_plan=planned,
+        memory_source=source,
+        shortfall_gib=None if shortfall is None else round(shortfall, 2),
+        score=score,
+        reason=reason,
+    )
 
 
 def _score_placement(

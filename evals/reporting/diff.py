@@ -91,10 +91,16 @@ def diff(
         flips = [f"{p}: {va} → {vb}" for p, va, vb in verdicts if va and vb and va != vb]
         changed.append(RowDiff(key=key, changes=changes, verdict_flips=flips))
     return LeaderboardDiff(
-        a=a_name, b=b_name, match_on=match_on, models_a=models_a, models_b=models_b, changed=changed,
-        unchanged=unchanged, only_in_a=[k for k in rows_a if k not in paired_a],
+        a=a_name,
+        b=b_name,
+        match_on=match_on,
+        models_a=models_a,
+        models_b=models_b,
+        changed=changed,
+        unchanged=unchanged,
+        only_in_a=[k for k in rows_a if k not in paired_a],
         only_in_b=[k for k in rows_b if k not in paired_b],
-    )  # fmt: skip
+    )
 
 
 def _pairs_by_scheme(

@@ -95,6 +95,11 @@ def _continuous(prefix: str) -> dict[str, ColumnDoc]:
             float,
             f"{prefix}_score minus the base's on the same items (paired); empty on the base row.",
         ),
+        f"{prefix}_score_verdict": ColumnDoc(
+            group,
+            str,
+            f"Verdict on {prefix}_score_delta: significant loss, no loss within margin, or inconclusive.",
+        ),
     }
 
 
@@ -140,5 +145,6 @@ def generation_cells(findings: dict[str, GenerationFindings]) -> Cells:
         if prefix == LM_EVAL_COLUMNS and found.metrics:
             metric, delta = next(iter(found.metrics.items()))
             cells |= {f"{prefix}_score_metric": metric, f"{prefix}_score": delta.candidate}
+            cells[f"{prefix}_score_verdict"] = delta.verdict
             cells |= _estimate(f"{prefix}_score_delta", delta.delta)
     return cells

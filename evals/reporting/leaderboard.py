@@ -130,11 +130,17 @@ def _identity_cells(result: CheckpointResult, scheme: str) -> dict[str, object]:
     """What a row is and how it was made, which every row has, built or failed."""
     outcome, profile = result.outcome, result.profile
     return {
-        "schema_version": LEADERBOARD_SCHEMA_VERSION, "model": outcome.model, "checkpoint": outcome.name,
-        "scheme": scheme, "calibration": outcome.calibration, "status": outcome.status,
-        "suite_version": __version__, "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "serve_profile": f"{profile.name}:{profile.key}", "command": result.command,
-    }  # fmt: skip
+        "schema_version": LEADERBOARD_SCHEMA_VERSION,
+        "model": outcome.model,
+        "checkpoint": outcome.name,
+        "scheme": scheme,
+        "calibration": outcome.calibration,
+        "status": outcome.status,
+        "suite_version": __version__,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "serve_profile": f"{profile.name}:{profile.key}",
+        "command": result.command,
+    }
 
 
 def _memory_cells(base: MemoryReport | None, memory: MemoryReport | None) -> dict[str, float | int | None]:
@@ -256,13 +262,17 @@ def read_leaderboard(path: Path) -> list[LeaderboardRow]:
     if any(record.get(FORMER_LOAD_COLUMN) for record in records):
         log.warning(
             "leaderboard %s: its load_* columns come from kqe's former load generator (%s is not read); "
-            "re-run with --load to measure with vllm bench serve", path, FORMER_LOAD_COLUMN,
-        )  # fmt: skip
+            "re-run with --load to measure with vllm bench serve",
+            path,
+            FORMER_LOAD_COLUMN,
+        )
     missing = [
-        name for name in COLUMNS
-        if name not in records[0] and name not in GENERATED_COLUMNS
+        name
+        for name in COLUMNS
+        if name not in records[0]
+        and name not in GENERATED_COLUMNS
         and not (older and type(None) in get_args(column_type(name)))
-    ]  # fmt: skip
+    ]
     if missing:
         raise UserError(f"leaderboard {path} lacks columns {', '.join(missing)}: is it a kqe leaderboard?")
     rows = [_row(path, number, record) for number, record in enumerate(records, start=2)]

@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from evals.planning.choose import points
+from evals.reporting.generation_report import card_lines
 from evals.reporting.leaderboard_row import LeaderboardRow, scored_tasks
 from evals.reporting.plots import task_label
 from evals.reporting.rag_report import percent, retrieved_delta, scored_lengths
@@ -80,8 +81,9 @@ def _card_scores(row: LeaderboardRow, base: LeaderboardRow | None, run: RunSumma
             f"{values['flips_c2w']} / {values['flips_w2c']} | {values['verdict'] or '—'} |"
         )
     lines = lines if len(lines) > 2 else []  # a run of ko_rag alone has no accuracy task
-    if rag := _rag_scores(row, base):
-        lines += ["", rag] if lines else [rag]
+    rag = _rag_scores(row, base)  # then a line per generative task, each its own paragraph
+    for line in [*([rag] if rag else []), *card_lines(row)]:
+        lines += ["", line] if lines else [line]
     if row.ko_en_gap is not None and row.ko_en_gap_ci_low is not None and row.ko_en_gap_ci_high is not None:
         lines += [
             "",

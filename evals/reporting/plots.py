@@ -120,9 +120,14 @@ def pareto_figure(rows: Sequence[LeaderboardRow], run: RunSummary | None) -> Fig
             delta = next((bars[0] for p in tasks if (bars := task_values(row, p))), 0.0)
             at = (x + _shifts(0.024, len(tasks))[0] * (spread or 1.0), delta)
             ax.annotate(
-                row.checkpoint, at, textcoords="offset points", xytext=(-5, 0), ha="right", fontsize=8,
+                row.checkpoint,
+                at,
+                textcoords="offset points",
+                xytext=(-5, 0),
+                ha="right",
+                fontsize=8,
                 bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8},
-            )  # fmt: skip
+            )
         _legend_entries(ax, tasks)
         _loss_axis(ax)
         ax.set_xlabel(xlabel)

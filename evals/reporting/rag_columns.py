@@ -46,22 +46,24 @@ def _open_book(label: str) -> dict[str, ColumnDoc]:
         delta = f"{prefix}_f1_delta_{length}"
         columns |= {
             f"{prefix}_f1_{length}": ColumnDoc(
-                group, float, f"ko_rag number-exact answer F1 on answerable questions, fraction, at "
+                group,
+                float,
+                f"ko_rag number-exact answer F1 on answerable questions, fraction, at "
                 f"{_length_text(length)}, {context}.",
             ),
             f"{prefix}_em_{length}": ColumnDoc(
-                group, float, f"ko_rag exact-match share on answerable questions, fraction, at {length}, "
-                f"{context}.",
+                group,
+                float,
+                f"ko_rag exact-match share on answerable questions, fraction, at {length}, {context}.",
             ),
             delta: ColumnDoc(
-                group, float, f"{prefix}_f1_{length} minus the base's on the same items, fraction; empty on "
-                "the base row.",
+                group,
+                float,
+                f"{prefix}_f1_{length} minus the base's on the same items, fraction; empty on the base row.",
             ),
-            f"{prefix}_f1_ci_low_{length}": ColumnDoc(
-                group, float, _ci_low(delta)
-            ),
+            f"{prefix}_f1_ci_low_{length}": ColumnDoc(group, float, _ci_low(delta)),
             f"{prefix}_f1_ci_high_{length}": ColumnDoc(group, float, "Upper end of that CI."),
-        }  # fmt: skip
+        }
     return columns
 
 
@@ -69,19 +71,24 @@ def _closed_book() -> dict[str, ColumnDoc]:
     group = CLOSED_BOOK_GROUP
     columns = {
         "ko_rag_closed_book_f1": ColumnDoc(
-            group, float, "ko_rag answer F1 on answerable questions without documents (closed-book), "
-            "fraction.",
+            group,
+            float,
+            "ko_rag answer F1 on answerable questions without documents (closed-book), fraction.",
         ),
         "ko_rag_closed_book_em": ColumnDoc(
-            group, float, "Share of answerable ko_rag questions answered exactly closed-book (from memory: "
+            group,
+            float,
+            "Share of answerable ko_rag questions answered exactly closed-book (from memory: "
             "flagged `closed_book` on their open-book items), fraction.",
         ),
-    }  # fmt: skip
+    }
     for length in LENGTHS:
         gain, delta = f"ko_rag_gain_{length}", f"ko_rag_gain_delta_{length}"
         columns |= {
             gain: ColumnDoc(
-                group, float, f"Open-book gain at {length}: ko_rag F1 with the retrieved passages minus F1 "
+                group,
+                float,
+                f"Open-book gain at {length}: ko_rag F1 with the retrieved passages minus F1 "
                 "closed-book, same answerable questions, fraction (what the documents add).",
             ),
             f"ko_rag_gain_ci_low_{length}": ColumnDoc(
@@ -89,14 +96,13 @@ def _closed_book() -> dict[str, ColumnDoc]:
             ),
             f"ko_rag_gain_ci_high_{length}": ColumnDoc(group, float, "Upper end of that CI."),
             delta: ColumnDoc(
-                group, float, f"{gain} minus the base's on the same questions, fraction; empty on the base "
-                "row.",
+                group,
+                float,
+                f"{gain} minus the base's on the same questions, fraction; empty on the base row.",
             ),
-            f"ko_rag_gain_delta_ci_low_{length}": ColumnDoc(
-                group, float, _ci_low(delta)
-            ),
+            f"ko_rag_gain_delta_ci_low_{length}": ColumnDoc(group, float, _ci_low(delta)),
             f"ko_rag_gain_delta_ci_high_{length}": ColumnDoc(group, float, "Upper end of that CI."),
-        }  # fmt: skip
+        }
     return columns
 
 
@@ -120,11 +126,13 @@ def _columns() -> dict[str, ColumnDoc]:
     columns |= {name: ColumnDoc(RAG, kind, meaning) for name, kind, meaning in _RETRIEVED_ONLY}
     columns |= {
         f"ko_rag_recall_{length}": ColumnDoc(
-            RAG, float, f"Share of the answerable ko_rag questions whose gold passages all reached the "
+            RAG,
+            float,
+            f"Share of the answerable ko_rag questions whose gold passages all reached the "
             f"{length} prompt in the retrieved condition (retrieval recall, the same for every checkpoint).",
         )
         for length in LENGTHS
-    }  # fmt: skip
+    }
     for label in labels[1:]:
         columns |= _open_book(label)
     return columns | _closed_book()

@@ -13,6 +13,8 @@ from evals.planning.choose import points
 from evals.reporting import averages_report
 from evals.reporting import plots as figures
 from evals.reporting.capacity_report import capacity_section
+from evals.reporting.generation_report import TITLE as GENERATION_TITLE
+from evals.reporting.generation_report import generation_section
 from evals.reporting.leaderboard import read_leaderboard
 from evals.reporting.leaderboard_row import LeaderboardRow, scored_tasks
 from evals.reporting.model_card import model_card
@@ -213,6 +215,7 @@ def report_markdown(
         *_section("Micro and macro averages", averages_report.markdown_section(rows)),
         *(_accuracy_sections(rows, plots) if "pareto" in plots else []),
         *(_section("Korean RAG (ko_rag)", rag) if (rag := rag_section(rows)) else []),
+        *(_section(GENERATION_TITLE, generation) if (generation := generation_section(rows)) else []),
         *_section("Calibration effect", [_calibration_section(rows, plots)]),
         *_section("Perplexity", perplexity_section(run, _base_name(rows))),
         *(_section("Serving capacity", capacity) if (capacity := capacity_section(run)) else []),

@@ -215,6 +215,13 @@ def cpu_kernels(serve_venv: Path) -> CpuKernels | None:
     answer = cache[key]
     timed, fp8 = answer.get("linear_ms", {}), answer.get("fp8_slowdown") or {}
     return CpuKernels(
-        answer["library"], bool(answer["w4a16"]), isa, timed.get("bfloat16"), timed.get("float32"), threads,
-        answer.get("torch"), fp8.get("onednn"), fp8.get("torch"),
-    )  # fmt: skip
+        answer["library"],
+        bool(answer["w4a16"]),
+        isa,
+        timed.get("bfloat16"),
+        timed.get("float32"),
+        threads,
+        answer.get("torch"),
+        fp8.get("onednn"),
+        fp8.get("torch"),
+    )

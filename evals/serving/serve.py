@@ -291,9 +291,14 @@ class VllmServer:
     def _launch(self, vllm_bin: Path, append_log: bool) -> None:
         assert self.port is not None
         command = vllm_command(
-            vllm_bin, self.model_dir, self.served_name, self.profile, self.port, self.on_gpu,
+            vllm_bin,
+            self.model_dir,
+            self.served_name,
+            self.profile,
+            self.port,
+            self.on_gpu,
             self.trust_remote_code,
-        )  # fmt: skip
+        )
         # the guard leads the server's process group and takes all of it down when this thread ends,
         # even by SIGKILL (parent-death signals follow the thread that forks: the one whose `with`
         # block stops the server); the server's own parent-death signal covers the guard's SIGKILL.

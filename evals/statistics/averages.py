@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from evals.statistics.bootstrap import BOOTSTRAP_RESAMPLES, SEED, percentile_ci
 from evals.statistics.pairing import Scored, pair_items
-from evals.statistics.stats import BOOTSTRAP_RESAMPLES, SEED, percentile_ci
 from evals.tasks import benchmark_data
 from evals.tasks.registry import CATEGORY_LABELS, TASK_SPECS
 

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from evals.statistics.bootstrap import Z_CI
 from evals.statistics.paired_means import paired_mean_ci
-from evals.statistics.stats import Z_CI
+from evals.statistics.stats import DEFAULT_MARGIN, NO_LOSS, SIGNIFICANT_LOSS
 from kqe.core.errors import UserError
 from kqe.core.results import ItemResult
 
@@ -58,6 +59,11 @@ class MetricDelta:
     """The candidate's mean."""
     delta: PairedEstimate
     """candidate − base, paired, with its CI."""
+    verdict: str
+    """As for accuracy (`evals.statistics.stats`), with the CI as the test: `significant loss` when the CI
+    lies below 0, `no loss detected within margin` when its lower end is above −margin (1% of the
+    metric's scale: 0.01 for a metric in [0, 1], 1 point for one on 0–100 such as chrF), else
+    `inconclusive`."""
 
 
 @dataclass(frozen=True)
@@ -199,8 +205,25 @@ def metric_deltas(pairs: list[tuple[ItemResult, ItemResult]]) -> dict[str, Metri
         if _is_binary(np.concatenate([theirs, ours])):
             continue
         delta = _estimate(ours - theirs, [cand.subject for _, cand in both], (-math.inf, math.inf))
-        found[key] = MetricDelta(float(theirs.mean()), float(ours.mean()), delta)
+        margin = DEFAULT_MARGIN * _scale(np.concatenate([theirs, ours]))
+        found[key] = MetricDelta(
+            float(theirs.mean()), float(ours.mean()), delta, continuous_verdict(delta, margin)
+        )
     return found
+
+
+def _scale(values: np.ndarray) -> float:
+    """1 for a metric whose values lie in [0, 1], else 100 (chrF, BLEU and the like are on 0–100)."""
+    return 1.0 if ((values >= 0) & (values <= 1)).all() else 100.0
+
+
+def continuous_verdict(delta: PairedEstimate, margin: float) -> str:
+    """The accuracy verdict's words for a continuous metric's paired Δ, its CI standing in for the test."""
+    if delta.ci_high < 0:
+        return SIGNIFICANT_LOSS
+    if delta.ci_low > -margin:
+        return NO_LOSS
+    return "inconclusive — n too small"
 
 
 def generation_findings(

@@ -10,14 +10,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from evals.statistics.averages import Estimate
-from evals.statistics.cluster_tests import clustered_test
-from evals.statistics.stats import (
+from evals.statistics.bootstrap import (
     BOOTSTRAP_RESAMPLES,
     SEED,
     cluster_sums,
     percentile_ci,
     small_sample_stretch,
 )
+from evals.statistics.cluster_tests import clustered_test
 
 
 def _mean_replicates(
@@ -41,7 +41,7 @@ def paired_mean_ci(
 
     Items of one cluster succeed or fail together (questions on one passage: the passage is easy to
     read or not; items of one subject), so whole clusters are drawn (an item's `subject`: ko_rag's gold
-    passage, a task's subject); as in `stats.bootstrap_accuracies`, the interval is never narrower than
+    passage, a task's subject); as in `bootstrap.bootstrap_accuracies`, the interval is never narrower than
     the one that resamples single items."""
     return _ci_and_floor(differences, clusters, resamples, seed)[:2]
 

@@ -6,7 +6,7 @@ item key: the item id without its leading task name. The gap is the mean over ma
 (Δ on item i in Korean) − (Δ on item i in English), each Δ being candidate minus base correctness,
 so the two languages' noise on the same question cancels instead of adding. Its 95% CI resamples
 whole subjects (the Korean item's subject), stretched for few subjects as the other CIs are, never
-narrower than resampling single items (`evals.statistics.stats.bootstrap_accuracies` says why).
+narrower than resampling single items (`evals.statistics.bootstrap.bootstrap_accuracies` says why).
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evals.statistics.pairing import Scored
-from evals.statistics.stats import (
+from evals.statistics.bootstrap import (
     BOOTSTRAP_RESAMPLES,
     SEED,
     cluster_sums,
     percentile_ci,
     small_sample_stretch,
 )
+from evals.statistics.pairing import Scored
 from evals.tasks.registry import PARALLEL_TASKS
 from kqe.core.errors import UserError
 from kqe.core.results import Comparison
@@ -46,9 +46,12 @@ class MatchedGap:
 
 
 def with_matched_gaps(
-    comparisons: Mapping[str, Comparison], base: Mapping[str, Sequence[Scored]],
-    cand: Mapping[str, Sequence[Scored]], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = SEED,
-) -> dict[str, Comparison]:  # fmt: skip
+    comparisons: Mapping[str, Comparison],
+    base: Mapping[str, Sequence[Scored]],
+    cand: Mapping[str, Sequence[Scored]],
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = SEED,
+) -> dict[str, Comparison]:
     """`stats.compare_tasks`' comparisons, a parallel pair's unpaired gap replaced by the matched one."""
     found = dict(comparisons)
     for task, comparison in comparisons.items():
@@ -58,9 +61,13 @@ def with_matched_gaps(
         matched = matched_gap(base[task], cand[task], base[english], cand[english], resamples, seed)
         pairing = f"{MATCHED}: {PARALLEL_TASKS[task]}"
         found[task] = comparison.model_copy(
-            update={"ko_en_gap": matched.gap, "ko_en_gap_ci_low": matched.ci_low,
-                    "ko_en_gap_ci_high": matched.ci_high, "ko_en_gap_pairing": pairing}
-        )  # fmt: skip
+            update={
+                "ko_en_gap": matched.gap,
+                "ko_en_gap_ci_low": matched.ci_low,
+                "ko_en_gap_ci_high": matched.ci_high,
+                "ko_en_gap_pairing": pairing,
+            }
+        )
     return found
 
 
@@ -74,9 +81,13 @@ def _correct(items: Sequence[Scored]) -> dict[str, tuple[bool, str]]:
 
 
 def matched_gap(
-    base_ko: Sequence[Scored], cand_ko: Sequence[Scored], base_en: Sequence[Scored],
-    cand_en: Sequence[Scored], resamples: int, seed: int,
-) -> MatchedGap:  # fmt: skip
+    base_ko: Sequence[Scored],
+    cand_ko: Sequence[Scored],
+    base_en: Sequence[Scored],
+    cand_en: Sequence[Scored],
+    resamples: int,
+    seed: int,
+) -> MatchedGap:
     """Gap and CI over the items all four result sets share; a UserError when they share none."""
     sets = [_correct(items) for items in (base_ko, cand_ko, base_en, cand_en)]
     keys = sorted(set.intersection(*(set(found) for found in sets)))

@@ -4,9 +4,9 @@ Both checkpoints scored the same token windows, so the comparison is paired: the
 per token is Σ(NLL_cand − NLL_base) / Σ tokens over the windows, and the perplexity ratio is its exp.
 The bootstrap resamples whole documents (a bill, a chapter, a FAQ section), as accuracy resamples
 subjects, never narrower than resampling windows, and stretched for the few units it has
-(`stats.small_sample_stretch`); with fewer than 3 documents it resamples windows. The p-value takes
-the CI's units as its units (`evals.statistics.cluster_tests`: exact sign flips over up to 12 of them,
-else t(K−1)), so it never claims more than those few documents can show: 4 documents, p ≥ 0.125.
+(`bootstrap.small_sample_stretch`); with fewer than 3 documents it resamples windows. The p-value
+takes the CI's units as its units (`evals.statistics.cluster_tests`: exact sign flips over up to 12 of
+them, else t(K−1)), so it never claims more than those few documents can show: 4 documents, p ≥ 0.125.
 """
 
 from __future__ import annotations
@@ -17,16 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import norm
 
+from evals.statistics.bootstrap import ALPHA, BOOTSTRAP_RESAMPLES, SEED, cluster_sums, small_sample_stretch
 from evals.statistics.cluster_tests import ClusterTest, cluster_test
-from evals.statistics.stats import (
-    ALPHA,
-    BOOTSTRAP_RESAMPLES,
-    NO_LOSS,
-    SEED,
-    SIGNIFICANT_LOSS,
-    cluster_sums,
-    small_sample_stretch,
-)
+from evals.statistics.stats import NO_LOSS, SIGNIFICANT_LOSS
 from kqe.core.defaults import PARALLEL_TEXT_SETS, PPL_MARGIN_PCT
 from kqe.core.results import Perplexity, PerplexityComparison, PerplexityGap
 
@@ -152,13 +145,25 @@ def compare_perplexity(
     p = test.p
     tokens = float(paired.tokens.sum())
     return PerplexityComparison(
-        text_set=text_set, base=base.checkpoint, candidate=cand.checkpoint, windows=len(paired.tokens),
-        tokens=int(tokens), ppl_base=float(np.exp(paired.base_nll.sum() / tokens)),
+        text_set=text_set,
+        base=base.checkpoint,
+        candidate=cand.checkpoint,
+        windows=len(paired.tokens),
+        tokens=int(tokens),
+        ppl_base=float(np.exp(paired.base_nll.sum() / tokens)),
         ppl_cand=float(np.exp(paired.cand_nll.sum() / tokens)),
-        delta_pct=float(percent(ratio.estimate)), ci_low_pct=low, ci_high_pct=high, p=p,
-        margin_pct=margin_pct, verdict=ppl_verdict(low, high, p, margin_pct), ci_method=ratio.method,
-        clusters=ratio.clusters, bootstrap_resamples=resamples, seed=seed, p_method=test.method,
-    )  # fmt: skip
+        delta_pct=float(percent(ratio.estimate)),
+        ci_low_pct=low,
+        ci_high_pct=high,
+        p=p,
+        margin_pct=margin_pct,
+        verdict=ppl_verdict(low, high, p, margin_pct),
+        ci_method=ratio.method,
+        clusters=ratio.clusters,
+        bootstrap_resamples=resamples,
+        seed=seed,
+        p_method=test.method,
+    )
 
 
 def parallel_gap(
@@ -189,10 +194,19 @@ def parallel_gap(
     star = percent(sums[:, 0] / sums[:, 1]) - percent(sums[:, 2] / sums[:, 3])
     half = norm.ppf(1 - ALPHA / 2) * small_sample_stretch(len(names)) * float(np.std(star))
     return PerplexityGap(
-        base=base.checkpoint, candidate=cand.checkpoint, korean=korean, english=english, documents=names,
-        delta_ko_pct=float(percent(ko_est)), delta_en_pct=float(percent(en_est)), gap_pct=gap,
-        ci_low=gap - half, ci_high=gap + half, bootstrap_resamples=resamples, seed=seed,
-    )  # fmt: skip
+        base=base.checkpoint,
+        candidate=cand.checkpoint,
+        korean=korean,
+        english=english,
+        documents=names,
+        delta_ko_pct=float(percent(ko_est)),
+        delta_en_pct=float(percent(en_est)),
+        gap_pct=gap,
+        ci_low=gap - half,
+        ci_high=gap + half,
+        bootstrap_resamples=resamples,
+        seed=seed,
+    )
 
 
 @dataclass(frozen=True)

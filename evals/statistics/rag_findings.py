@@ -146,8 +146,9 @@ def rag_findings(
     unanswerable = [item for item in retrieved if item.reference == ABSTAIN]  # `correct`: it abstained
     choices = [item for item in choice_items if coordinates(item.item_id)[0] == RETRIEVED]
     return RagFindings(
-        open_book={(label, length): _open_book(label, length, ours, theirs) for label in labels
-                   for length in LENGTHS},
+        open_book={
+            (label, length): _open_book(label, length, ours, theirs) for label in labels for length in LENGTHS
+        },
         closed_book=_closed_book(ours, theirs) if (CLOSED_BOOK, None) in ours else None,
         hangul=_mean([item.hangul_share for item in retrieved if item.hangul_share is not None]),
         abstain=_mean([i.correct for i in unanswerable]),
@@ -157,7 +158,7 @@ def rag_findings(
         mc_acc=_mean([i.correct for i in choices]),
         recall=dict(recall or {}),
         skipped=skipped,
-    )  # fmt: skip
+    )
 
 
 def checkpoint_findings(

@@ -9,7 +9,7 @@ a run: FP8 flipped 6% and 4-bit schemes 37% of gemma3-270m's KMMLU-HARD answers 
 
 def unresolved(items: int) -> str:
     """The losses `items` paired items cannot tell from noise (McNemar MDE over FLIP_SHARES)."""
-    from evals.statistics.mcnemar import minimum_detectable_effect  # scipy: not on every CLI start
+    from evals.statistics.stats import minimum_detectable_effect  # scipy: not on every CLI start
 
     low, high = (100 * minimum_detectable_effect(items, share) for share in FLIP_SHARES)
     return f"differences under ~{_points(low)}–{_points(high)} points cannot be resolved"

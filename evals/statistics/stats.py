@@ -4,7 +4,8 @@ Every checkpoint is scored on identical items, so the comparison is paired: the 
 items (or whole subjects, the clusters the items were drawn in) for both checkpoints at once, and the
 test looks only at the items whose correctness differs (exact McNemar), which treats items as
 independent; with subjects the cluster-level test (`evals.statistics.cluster_tests`) stands beside it
-and the verdict follows the larger p of the two. Each task ends in a verdict:
+and the verdict follows the larger p of the two. The resampling is evals/statistics/bootstrap.py's.
+Each task ends in a verdict:
 the loss is real, or ruled out beyond a margin, or beyond what this many items can see (the MDE).
 """
 
@@ -12,142 +13,76 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from evals.statistics.cluster_tests import clustered_test
-from evals.statistics.mcnemar import ALPHA, mcnemar_p, minimum_detectable_effect
+from evals.statistics.bootstrap import (
+    ALPHA,
+    BOOTSTRAP_RESAMPLES,
+    CLUSTER_BOOTSTRAP,
+    ITEM_BOOTSTRAP,
+    SEED,
+    Z_CI,
+    Replicates,
+    bootstrap_accuracies,
+    cluster_sums,
+    percentile_ci,
+    small_sample_stretch,
+    symmetric_ci,
+)
+from evals.statistics.cluster_tests import ClusterTest, clustered_test
 from evals.statistics.multiplicity import ADJUSTMENTS, holm
 from evals.statistics.pairing import PairedItems, Scored, pair_items, read_items
 from evals.tasks.registry import KOREAN_TO_ENGLISH
 from kqe.core.errors import UserError
 from kqe.core.results import Comparison
 
-BOOTSTRAP_RESAMPLES = 10_000
-SEED = 20261129
-Z_CI = NormalDist().inv_cdf(1 - ALPHA / 2)
-"""1.96; scipy.stats is imported only where needed, not by every `kqe` command (0.6 s of each start)."""
 UNPAIRED = "unpaired (different items)"
 """`ko_en_gap_pairing` of two tasks on different items (evals/statistics/parallel.py: matched items)."""
+POWER = 0.80
+"""Power the minimum detectable effect is computed for."""
 DEFAULT_MARGIN = 0.01
 """Non-inferiority margin as a fraction: a loss under one accuracy point is taken as acceptable."""
 NO_LOSS = "no loss detected within margin"
 SIGNIFICANT_LOSS = "significant loss"
-_PICK_CELLS = 4_000_000  # bounds each block of the resamples × clusters draws (32 MB)
 
 
-def cluster_sums(totals: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """(resamples, columns): column sums of `totals` rows over clusters drawn with replacement."""
-    clusters = len(totals)
-    block = max(1, _PICK_CELLS // clusters)
-    sums = []
-    for start in range(0, resamples, block):
-        picks = rng.integers(0, clusters, size=(min(block, resamples - start), clusters))
-        sums.append(np.stack([column[picks].sum(axis=1) for column in totals.T], axis=1))
-    return np.vstack(sums)
+def mcnemar_p(flips_c2w: ArrayLike, flips_w2c: ArrayLike, mid: bool = False) -> np.ndarray:
+    """Two-sided exact McNemar p (binomial test of the discordant pairs against 1/2), vectorised.
+
+    The mid-p variant subtracts the probability of the observed split itself, which brings the test's
+    size close to nominal instead of below it (Fagerland, Lydersen & Laake 2013)."""
+    from scipy.stats import binom
+
+    b, c = np.asarray(flips_c2w), np.asarray(flips_w2c)
+    discordant, smaller = b + c, np.minimum(b, c)
+    p = 2 * binom.cdf(smaller, discordant, 0.5)
+    if mid:
+        p = p - binom.pmf(smaller, discordant, 0.5)
+    return np.minimum(p, 1.0)
 
 
-def small_sample_stretch(units: int) -> float:
-    """Small-sample factor for a bootstrap over `units` resampled units: √(K/(K−1)) · t(K−1) / z."""
-    from scipy.stats import t
+def minimum_detectable_effect(
+    n: int, discordance: float, alpha: float = ALPHA, power: float = POWER
+) -> float:
+    """Smallest |Δ| the two-sided McNemar test at `alpha` finds with `power`, for n paired items of
+    which a share `discordance` (ψ) flipped.
 
-    if units < 2:
-        return 1.0
-    return float(np.sqrt(units / (units - 1)) * t.ppf(1 - ALPHA / 2, units - 1) / Z_CI)
-
-
-CLUSTER_BOOTSTRAP = "cluster bootstrap"
-"""Whole subjects resampled: their spread was at least the items' (the usual case)."""
-ITEM_FLOOR = "item bootstrap (cluster spread came out narrower)"
-"""Items resampled despite subjects: a few subjects' spread can be too narrow by chance; the CI never is."""
-ITEM_BOOTSTRAP = "item bootstrap"
-"""Items resampled: no subjects (or one item per subject)."""
-
-
-@dataclass(frozen=True)
-class Replicates:
-    """Bootstrap replicates of (base accuracy, candidate accuracy), both from the same resamples."""
-
-    base: np.ndarray
-    cand: np.ndarray
-    method: str
-    """CLUSTER_BOOTSTRAP, ITEM_FLOOR or ITEM_BOOTSTRAP."""
-    clusters: int
-    """Subjects the items fall in (1 without subjects)."""
-
-
-def bootstrap_accuracies(paired: PairedItems, resamples: int, rng: np.random.Generator) -> Replicates:
-    """Replicates of the wider of two paired bootstraps: whole subjects and single items.
-
-    Whole subjects carry the correlation of items within a subject, which only widens the interval in
-    expectation; with few subjects their spread is itself a noisy estimate and can come out narrower
-    than the items' (9 subjects, no effect: a CI half as wide, excluding 0 while McNemar p = 0.06), so
-    the item interval is a floor. Resampling K units understates the spread by √((K−1)/K), and a
-    percentile interval ignores that the spread is estimated from K units, so deviations from the
-    estimate are stretched by √(K/(K−1)) · t(K−1)/z (bench/stats_bench.py checks coverage).
+    Connor's (1987) sample size n = (z_a √ψ + z_b √(ψ − Δ²))² / Δ² solved for Δ gives
+    Δ = (z_a √(ψ n) + z_b √(ψ (n + z_b² − z_a²))) / (n + z_b²). A loss Δ flips at least Δ·n items,
+    so ψ is raised to Δ when fewer flips were seen: then Δ = ((z_a √n + z_b √(n + z_b² − z_a²)) /
+    (n + z_b²))², about 7.8 / n, the loss that all-one-way flips must reach to be detected.
     """
-    n = len(paired.base_ok)
-    labels, index = np.unique(paired.clusters, return_inverse=True)
-    if not 1 < len(labels) < n:
-        return Replicates(*_item_replicates(paired, resamples, rng), ITEM_BOOTSTRAP, 1)
-    clustered = _cluster_replicates(paired, index, resamples, rng)
-    items = _item_replicates(paired, resamples, rng)
-    if _width(items) > _width(clustered):
-        return Replicates(*items, ITEM_FLOOR, len(labels))
-    return Replicates(*clustered, CLUSTER_BOOTSTRAP, len(labels))
-
-
-def _cluster_replicates(
-    paired: PairedItems, index: np.ndarray, resamples: int, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
-    """Whole subjects resampled; a replicate's accuracy is its items' share correct."""
-    columns = [np.bincount(index, weights=ok) for ok in (paired.base_ok, paired.cand_ok)]
-    sums = cluster_sums(np.column_stack([*columns, np.bincount(index)]), resamples, rng)
-    return _stretched(paired, sums[:, 0] / sums[:, 2], sums[:, 1] / sums[:, 2], int(index.max()) + 1)
-
-
-def _item_replicates(
-    paired: PairedItems, resamples: int, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
-    """Items resampled: an item is one of four cells (both right, only base, only candidate, neither),
-    so a resample is fully described by multinomial counts of the cells."""
-    n = len(paired.base_ok)
-    # cells: 0 neither right, 1 only the candidate, 2 only the base, 3 both
-    cells = 2 * paired.base_ok.astype(int) + paired.cand_ok.astype(int)
-    draws = rng.multinomial(n, np.bincount(cells, minlength=4) / n, size=resamples)
-    return _stretched(paired, (draws[:, 2] + draws[:, 3]) / n, (draws[:, 1] + draws[:, 3]) / n, n)
-
-
-def _stretched(
-    paired: PairedItems, base_star: np.ndarray, cand_star: np.ndarray, units: int
-) -> tuple[np.ndarray, np.ndarray]:
-    stretch = small_sample_stretch(units)
-    base_acc, cand_acc = paired.base_ok.mean(), paired.cand_ok.mean()
-    return base_acc + stretch * (base_star - base_acc), cand_acc + stretch * (cand_star - cand_acc)
-
-
-def _width(replicates: tuple[np.ndarray, np.ndarray]) -> float:
-    return float(np.std(replicates[1] - replicates[0]))
-
-
-def percentile_ci(replicates: np.ndarray, widen: float = 0.0) -> tuple[float, float]:
-    """95% percentile interval of bootstrap replicates (NaN replicates left out), `widen` added on
-    each side: half a step of a discrete statistic's lattice, a continuity correction."""
-    low, high = np.nanpercentile(replicates, [100 * ALPHA / 2, 100 * (1 - ALPHA / 2)])
-    return float(low - widen), float(high + widen)
-
-
-def symmetric_ci(replicates: np.ndarray, estimate: float, widen: float = 0.0) -> tuple[float, float]:
-    """95% interval estimate ± z · SD of the (stretched) replicates, `widen` added on each side.
-
-    Symmetric on purpose: per-subject losses are skewed (a few subjects lose much), and a percentile
-    interval then leans the way the sample leans, the wrong way; with few subjects that cost up to
-    3 points of coverage in bench/stats_bench.py's grid, the symmetric one kept it."""
-    half = Z_CI * float(np.std(replicates))
-    return estimate - half - widen, estimate + half + widen
+    if n <= 0:
+        return 1.0
+    z_a, z_b = NormalDist().inv_cdf(1 - alpha / 2), NormalDist().inv_cdf(power)
+    spread = max(n + z_b**2 - z_a**2, 0.0)
+    observed = (z_a * np.sqrt(discordance * n) + z_b * np.sqrt(discordance * spread)) / (n + z_b**2)
+    all_flips = ((z_a * np.sqrt(n) + z_b * np.sqrt(spread)) / (n + z_b**2)) ** 2
+    return float(min(max(observed, all_flips), 1.0))
 
 
 def choice_agreement(base_lp: np.ndarray, cand_lp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -211,6 +146,13 @@ def verdict_p(comparison: Comparison) -> float:
     return max(comparison.mcnemar_p, comparison.cluster_p if comparison.cluster_p is not None else 0.0)
 
 
+def _cluster_level(paired: PairedItems, replicates: Replicates) -> ClusterTest | None:
+    """The p of "no change" over the subjects the CI resampled; None without subjects."""
+    if replicates.method == ITEM_BOOTSTRAP:
+        return None
+    return clustered_test(paired.cand_ok.astype(float) - paired.base_ok, paired.clusters)
+
+
 def verdict(ci_low: float, ci_high: float, p: float, margin: float, mde: float) -> str:
     """A loss is significant when the (Holm-adjusted) exact test and the 95% CI both say so; else the
     CI's lower end above −margin rules out a loss as large as the margin; else n was too small."""
@@ -252,25 +194,41 @@ def _compare_with_replicates(
             ratios = np.where(base_star > 0, cand_star / base_star, np.nan)
         recovery, (recovery_low, recovery_high) = acc_cand / acc_base, percentile_ci(ratios, step / acc_base)
         recovery_low = max(recovery_low, 0.0)
-    p = float(mcnemar_p(flips_c2w, flips_w2c))
-    clustered = None
-    if replicates.method != ITEM_BOOTSTRAP:
-        clustered = clustered_test(paired.cand_ok.astype(float) - paired.base_ok, paired.clusters)
+    p, clustered = float(mcnemar_p(flips_c2w, flips_w2c)), _cluster_level(paired, replicates)
     tested = max(p, clustered.p if clustered else 0.0)
     mde = minimum_detectable_effect(n, (flips_c2w + flips_w2c) / n)
     comparison = Comparison(
-        task=task, base=names[0], candidate=names[1], n=n, acc_base=acc_base, acc_cand=acc_cand,
-        delta=acc_cand - acc_base, ci_low=ci_low, ci_high=ci_high, mcnemar_p=p,
-        mcnemar_midp=float(mcnemar_p(flips_c2w, flips_w2c, mid=True)), p_holm=tested,
-        flips_c2w=flips_c2w, flips_w2c=flips_w2c, flip_rate=(flips_c2w + flips_w2c) / n,
-        mean_kl=None, top_agreement=None, recovery=recovery, recovery_ci_low=recovery_low,
-        recovery_ci_high=recovery_high, margin=margin,
-        noninf_p=float((1 + np.sum(deltas - step <= -margin)) / (1 + resamples)), mde=mde,
-        verdict=verdict(ci_low, ci_high, tested, margin, mde), bootstrap_resamples=resamples, seed=seed,
-        ci_method=replicates.method, clusters=replicates.clusters,
+        task=task,
+        base=names[0],
+        candidate=names[1],
+        n=n,
+        acc_base=acc_base,
+        acc_cand=acc_cand,
+        delta=acc_cand - acc_base,
+        ci_low=ci_low,
+        ci_high=ci_high,
+        mcnemar_p=p,
+        mcnemar_midp=float(mcnemar_p(flips_c2w, flips_w2c, mid=True)),
+        p_holm=tested,
+        flips_c2w=flips_c2w,
+        flips_w2c=flips_w2c,
+        flip_rate=(flips_c2w + flips_w2c) / n,
+        mean_kl=None,
+        top_agreement=None,
+        recovery=recovery,
+        recovery_ci_low=recovery_low,
+        recovery_ci_high=recovery_high,
+        margin=margin,
+        noninf_p=float((1 + np.sum(deltas - step <= -margin)) / (1 + resamples)),
+        mde=mde,
+        verdict=verdict(ci_low, ci_high, tested, margin, mde),
+        bootstrap_resamples=resamples,
+        seed=seed,
+        ci_method=replicates.method,
+        clusters=replicates.clusters,
         cluster_p=clustered.p if clustered else None,
         cluster_p_method=clustered.method if clustered else None,
-    )  # fmt: skip
+    )
     comparison = comparison.model_copy(update=_agreement(paired, replicates, resamples, rng))
     return comparison, deltas
 
@@ -336,9 +294,12 @@ def compare_tasks(
             en, en_deltas = results[english]
             gap_low, gap_high = percentile_ci(deltas - en_deltas)
             update |= {
-                "english_task": english, "ko_en_gap": c.delta - en.delta, "ko_en_gap_ci_low": gap_low,
-                "ko_en_gap_ci_high": gap_high, "ko_en_gap_pairing": UNPAIRED,
-            }  # fmt: skip
+                "english_task": english,
+                "ko_en_gap": c.delta - en.delta,
+                "ko_en_gap_ci_low": gap_low,
+                "ko_en_gap_ci_high": gap_high,
+                "ko_en_gap_pairing": UNPAIRED,
+            }
         final[task] = c.model_copy(update=update)
     return final
 

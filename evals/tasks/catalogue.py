@@ -76,16 +76,28 @@ def _registry_listing(ws: Workspace, task: str) -> TaskListing:
         offline, online = spec.source(ws, False), spec.source(ws, True)
     except UserError as exc:  # ko_faq before `make setup`, a hub dataset not copied, one not loadable
         return TaskListing(
-            name=task, source="registry", items=None, subjects=None, licence=spec.licence,
-            availability=f"not ready: {exc}", english=spec.english, pairing=spec.pairing,
-        )  # fmt: skip
+            name=task,
+            source="registry",
+            items=None,
+            subjects=None,
+            licence=spec.licence,
+            availability=f"not ready: {exc}",
+            english=spec.english,
+            pairing=spec.pairing,
+        )
     availability = "offline"
     if online.hub:
         availability += f" ({offline.name}); online: {online.name} from {online.where}"
     return TaskListing(
-        name=task, source="registry", items=offline.items, subjects=None, licence=spec.licence,
-        availability=availability, english=spec.english, pairing=spec.pairing,
-    )  # fmt: skip
+        name=task,
+        source="registry",
+        items=offline.items,
+        subjects=None,
+        licence=spec.licence,
+        availability=availability,
+        english=spec.english,
+        pairing=spec.pairing,
+    )
 
 
 def _lm_eval_listing(bridged: lm_eval_bridge.BridgedTask, include: Path | None) -> TaskListing:

@@ -165,8 +165,10 @@ def locate(ws: Workspace, hub: str, files: list[str], online: bool) -> Path | st
 
 def _not_offline(ws: Workspace, entry: HubDataset, where: str) -> NoReturn:
     if not entry.pinned:
-        raise UserError(f"{entry.hub} is not available offline ({where}) and has no confirmed revision to "
-                        f"download: {_how_to_get(ws, entry)}")  # fmt: skip
+        raise UserError(
+            f"{entry.hub} is not available offline ({where}) and has no confirmed revision to "
+            f"download: {_how_to_get(ws, entry)}"
+        )
     raise UserError(f"{entry.hub} is not available offline ({where}): {_how_to_get(ws, entry)}")
 
 

@@ -65,9 +65,11 @@ def announce(
     ]
     online = sources if choice.online else prompts.task_sources(ws, choice_tasks, True)
     if any(source.hub for source in online.values()):  # the choice changes some task's items
-        other = f"{OFFLINE_ENV}=1 scores the offline sets" if choice.online else (
-            f"{ONLINE_ENV}=1 (with network) scores the full test splits"
-        )  # fmt: skip
+        other = (
+            f"{OFFLINE_ENV}=1 scores the offline sets"
+            if choice.online
+            else f"{ONLINE_ENV}=1 (with network) scores the full test splits"
+        )
         lines.append(f"items {'online' if choice.online else 'offline'} ({choice.why}); {other} instead")
     return lines
 
@@ -78,9 +80,11 @@ def describe(source: Source, limit: int | None, resolution: Resolution) -> str:
     scored = scored_items(source, limit)
     if source.items is None or scored is None:
         return f"{what}, every item{'' if limit is None else f' up to {limit:,}'} (counted on reading)"
-    count = f"{source.items:,} items" if scored == source.items else (
-        f"{scored:,} of {source.items:,} items sampled across subjects"
-    )  # fmt: skip
+    count = (
+        f"{source.items:,} items"
+        if scored == source.items
+        else f"{scored:,} of {source.items:,} items sampled across subjects"
+    )
     return f"{what}, {count} — {resolution(scored)}"
 
 

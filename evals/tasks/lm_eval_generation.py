@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 from evals.tasks.lm_eval_bridge import FEWSHOT_SEED, GENERATION, SUBJECT_FIELD, BridgedTask, load_tasks
 from evals.tasks.prompts import stratified_sample
 from kqe.core.errors import UserError
+from kqe.core.records import content_hash
 
 DEFAULT_MAX_GEN_TOKS = 256
 """lm-eval's default `max_gen_toks` when a task's generation kwargs leave it out."""
@@ -60,34 +62,77 @@ class GenerationTask:
     items: tuple[GenerationItem, ...]
     """The documents scored, sampled as asked."""
 
+    def stage_items(self) -> list[str]:
+        """What its scores depend on besides the checkpoint: each item with how it is generated, and the
+        metrics judging it (an edited YAML scores again instead of reusing answers judged otherwise)."""
+        settings = [(i.item_id, i.until, i.max_gen_toks, i.temperature, i.repeats) for i in self.items]
+        return [content_hash(list(self.bridged.metrics), settings), *(item.item_id for item in self.items)]
+
 
 def generation_task(
-    bridged: BridgedTask, include_path: Path | None, limit: int | None, seed: int
+    bridged: BridgedTask,
+    include_path: Path | None,
+    limit: int | None,
+    seed: int,
+    chat_template_of: Path | None = None,
 ) -> GenerationTask:
     """Every document of a generation task as lm-eval builds it, `limit` of them sampled across
-    subjects (seeded, as for multiple choice)."""
+    subjects (seeded, as for multiple choice); with `chat_template_of` (a model folder), each prompt
+    rendered through that tokenizer's chat template as `lm_eval --apply_chat_template` renders it."""
     if bridged.output_type != GENERATION:
         raise ValueError(f"{bridged.name} is not a generation task")
     tasks = load_tasks(bridged, include_path)
-    items = [item for leaf in bridged.leaves for item in _leaf_items(bridged.name, leaf, tasks[leaf])]
+    template = chat_template(chat_template_of) if chat_template_of else None
+    items = [
+        item for leaf in bridged.leaves for item in _leaf_items(bridged.name, leaf, tasks[leaf], template)
+    ]
     rows = [{"subject": item.subject, "position": position} for position, item in enumerate(items)]
     sampled = tuple(items[row["position"]] for row in stratified_sample(rows, limit, seed))
     return GenerationTask(bridged, include_path, sampled)
 
 
-def _leaf_items(suite_task: str, leaf: str, lm_task: Any) -> list[GenerationItem]:
+def _leaf_items(
+    suite_task: str, leaf: str, lm_task: Any, template: Callable[..., str] | None
+) -> list[GenerationItem]:
     field = (lm_task.config.metadata or {}).get(SUBJECT_FIELD)
     return [
         _item(suite_task, leaf, lm_task, instance, str(instance.doc[field]) if field else leaf)
-        for instance in built_instances(lm_task)
+        for instance in built_instances(lm_task, template)
     ]
 
 
-def built_instances(lm_task: Any) -> list[Any]:
-    """The task's request instances, one per document, built with lm-eval's default few-shot seed."""
+def built_instances(lm_task: Any, template: Callable[..., str] | None = None) -> list[Any]:
+    """The task's request instances, one per document, built with lm-eval's default few-shot seed
+    (through `template`, lm-eval's chat-template hook, when given)."""
     lm_task.set_fewshot_seed(seed=FEWSHOT_SEED)
-    lm_task.build_all_requests()
+    if template is None:
+        lm_task.build_all_requests()
+    else:
+        lm_task.build_all_requests(apply_chat_template=True, chat_template=template)
     return sorted(lm_task.instances, key=lambda instance: instance.doc_id)
+
+
+def chat_template(model_dir: Path) -> Callable[..., str]:
+    """lm-eval's `chat_template` hook for a model folder: what `HFLM.apply_chat_template` renders (the
+    conversation, the assistant's turn opened); UserError when the tokenizer has no template."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    if not getattr(tokenizer, "chat_template", None):
+        raise UserError(
+            f"{model_dir} has no chat template: drop --apply-chat-template or use an instruct model"
+        )
+
+    def render(chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        rendered = tokenizer.apply_chat_template(
+            chat_history,
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=not add_generation_prompt,
+        )
+        return str(rendered)
+
+    return render
 
 
 def _item(suite_task: str, leaf: str, lm_task: Any, instance: Any, subject: str) -> GenerationItem:

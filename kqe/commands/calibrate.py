@@ -117,9 +117,12 @@ def calibrate_command(**options: Any) -> None:
         tasks, sources, limit = options.pop("tasks"), options.pop("sources"), options.pop("limit")
         items = item_choice(options.pop("online"), options["model"])
         cfg = CalibrateConfig(
-            tasks=split_list(tasks), sources=split_list(sources) if sources else None, items=items,
-            limit=items.limit(limit), **options,
-        )  # fmt: skip
+            tasks=split_list(tasks),
+            sources=split_list(sources) if sources else None,
+            items=items,
+            limit=items.limit(limit),
+            **options,
+        )
         record = build(cfg)
         echo(record.to_json() if as_json else render(record))
 
@@ -150,6 +153,16 @@ def build(cfg: CalibrateConfig) -> CalibrationSet:
         data_dir = prepare_tasks(ws, list(cfg.tasks), cfg.limit, cfg.seed, cfg.items.online)
         items = item_texts(item for task in cfg.tasks for item in load_prompts(task, data_dir))
     return build_calibration_set(
-        ws, base, mix, cfg.samples, cfg.seq_len, cfg.seed, label, sources, eval_items=items,
-        allow_contamination=cfg.allow_contamination, chat_template=cfg.chat_template, out_dir=cfg.out,
-    )  # fmt: skip
+        ws,
+        base,
+        mix,
+        cfg.samples,
+        cfg.seq_len,
+        cfg.seed,
+        label,
+        sources,
+        eval_items=items,
+        allow_contamination=cfg.allow_contamination,
+        chat_template=cfg.chat_template,
+        out_dir=cfg.out,
+    )

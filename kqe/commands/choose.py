@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from evals.planning.choose import Choice, Deployment, choose, measured_applies, profile_for_gpu
+from evals.planning.candidates import Deployment
+from evals.planning.choose import Choice, choose, measured_applies, profile_for_gpu
 from evals.reporting.leaderboard_row import LeaderboardRow
 from kqe.commands.console import Number, echo, run_guarded
 from kqe.core.errors import UserError

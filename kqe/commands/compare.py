@@ -42,10 +42,12 @@ def compare_command(base_items: Path, cand_items: Path, margin: float, as_json: 
             echo(json_text(report))
             return
         for task, r in results.items():
-            kl = "" if r.mean_kl is None else (
-                f"  KL {r.mean_kl:.4f} [{r.kl_ci_low:.4f}, {r.kl_ci_high:.4f}]  top choice kept "
-                f"{r.top_agreement:.3f} [{r.top_agreement_ci_low:.3f}, {r.top_agreement_ci_high:.3f}]"
-            )  # fmt: skip
+            kl = ""
+            if r.mean_kl is not None:
+                kl = (
+                    f"  KL {r.mean_kl:.4f} [{r.kl_ci_low:.4f}, {r.kl_ci_high:.4f}]  top choice kept "
+                    f"{r.top_agreement:.3f} [{r.top_agreement_ci_low:.3f}, {r.top_agreement_ci_high:.3f}]"
+                )
             echo(
                 f"{task}: n={r.n}  acc {r.acc_base:.3f} -> {r.acc_cand:.3f}  Δ {100 * r.delta:+.1f} pts "
                 f"[{100 * r.ci_low:+.1f}, {100 * r.ci_high:+.1f}] ({r.ci_method}, {r.clusters} subjects)  "

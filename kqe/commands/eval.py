@@ -153,6 +153,11 @@ from kqe.core.workspace import Workspace
     help=option_help("rag_chat_template"),
 )
 @click.option(
+    "--apply-chat-template",
+    is_flag=True,
+    help=option_help("apply_chat_template"),
+)
+@click.option(
     "--recipes",
     default=None,
     help=option_help("recipes"),

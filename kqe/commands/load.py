@@ -186,9 +186,12 @@ def _save(options: dict[str, Any], report: CapacityReport | AbReport) -> Path:
 )
 @click.option("--concurrency", help="Levels, e.g. 1,4,8 [default: 1, half of max-num-seqs, max-num-seqs].")
 @click.option(
-    "--seconds-per-level", type=Number(), default=defaults.LOAD_DURATION_S,
-    show_default=True, help="Time budget of each level (its request count is sized to it).",
-)  # fmt: skip
+    "--seconds-per-level",
+    type=Number(),
+    default=defaults.LOAD_DURATION_S,
+    show_default=True,
+    help="Time budget of each level (its request count is sized to it).",
+)
 @click.option(
     "--max-tokens",
     type=click.IntRange(min=1),

@@ -84,9 +84,14 @@ class QuantizeConfig(Record):
     def calibration_config(self) -> CalibrateConfig:
         """The calibration set `kqe eval` would build for this checkpoint."""
         return CalibrateConfig(
-            model=self.model, mix=self.calibration, samples=self.calib_samples, seq_len=self.calib_seq_len,
-            seed=self.seed, tasks=self.tasks, limit=self.limit,
-        )  # fmt: skip
+            model=self.model,
+            mix=self.calibration,
+            samples=self.calib_samples,
+            seq_len=self.calib_seq_len,
+            seed=self.seed,
+            tasks=self.tasks,
+            limit=self.limit,
+        )
 
 
 @click.command("quantize")

@@ -148,6 +148,9 @@ class EvalConfig(Record):
     include_path: str | None = None
     """Folder of your own lm-eval task YAMLs, searched with lm-eval's own: their tasks are scored as
     `lm-eval:<task>` (`kqe tasks --include-path DIR` lists them)."""
+    apply_chat_template: bool = False
+    """Render an lm-eval generation task's prompts through the model's chat template, as `lm_eval
+    --apply_chat_template` does (instruct checkpoints); multiple-choice tasks are scored as written."""
     trust_remote_code: bool = False
     """Let vLLM run Python code shipped with the model (config.json `auto_map`; such a model is refused
     without it): only for models you trust."""

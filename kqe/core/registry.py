@@ -90,9 +90,15 @@ def spec_from_config(
     sliding_layers = sum(kind == "sliding_attention" for kind in text.get("layer_types") or [])
     if params_b is None:
         count = dense_param_count(
-            layers=facts["layers"], hidden=facts["hidden"], intermediate=facts["intermediate"],
-            heads=heads, kv_heads=kv_heads, head_dim=head_dim, vocab=facts["vocab"], tied=tied,
-        )  # fmt: skip
+            layers=facts["layers"],
+            hidden=facts["hidden"],
+            intermediate=facts["intermediate"],
+            heads=heads,
+            kv_heads=kv_heads,
+            head_dim=head_dim,
+            vocab=facts["vocab"],
+            tied=tied,
+        )
         params_b = round(count / 1e9, 3)
     return ModelSpec(
         name=name,
@@ -187,9 +193,12 @@ def _spec_from_hub(argument: str) -> ModelSpec:
     total = info.safetensors.total if info.safetensors else None
     log.info("hub model %s at %s", hub_id, info.sha)
     return spec_from_config(
-        hub_id, config, hub_id=hub_id, revision=str(info.sha),
+        hub_id,
+        config,
+        hub_id=hub_id,
+        revision=str(info.sha),
         params_b=round(total / 1e9, 3) if total else None,
-    )  # fmt: skip
+    )
 
 
 def first_line(err: BaseException) -> str:

@@ -176,7 +176,8 @@ def prepare_matrix(cfg: EvalConfig, ws: Workspace, progress: Progress) -> RunMat
     include = lm_eval_bridge.check_include_path(cfg.include_path)
     for bridged in lm_eval_tasks(cfg):
         if bridged.output_type == lm_eval_bridge.GENERATION:
-            generation[bridged.name] = generation_task(bridged, include, cfg.limit, cfg.seed)
+            template_of = base.folder if cfg.apply_chat_template else None
+            generation[bridged.name] = generation_task(bridged, include, cfg.limit, cfg.seed, template_of)
             count = len(generation[bridged.name].items)
         else:
             task_prompts[bridged.name] = lm_eval_bridge.load_prompts(bridged, include, cfg.limit, cfg.seed)
@@ -199,9 +200,15 @@ def prepare_matrix(cfg: EvalConfig, ws: Workspace, progress: Progress) -> RunMat
     for done, (label, mix) in enumerate(parsed.items()):
         progress("calibration sets", done, len(parsed))
         calibs[label] = calibration.build_calibration_set(
-            ws, base, mix, cfg.calib_samples, cfg.calib_seq_len, cfg.seed, label,
+            ws,
+            base,
+            mix,
+            cfg.calib_samples,
+            cfg.calib_seq_len,
+            cfg.seed,
+            label,
             eval_items=eval_texts,
-        )  # fmt: skip
+        )
         progress("calibration sets", done + 1, len(parsed))
     references = calibration_references(entries, {label: mix.get("ko", 0.0) for label, mix in parsed.items()})
     return RunMatrix(

@@ -55,9 +55,17 @@ def evaluate_checkpoint(matrix: RunMatrix, entry: MatrixEntry, usual_start_s: fl
         return _failed(matrix, entry, exc, ckpt)
     items = {task: read_jsonl(Path(run.items_path), ItemResult) for task, run in stages.runs.items()}
     return checkpoint_outcome(
-        matrix, entry, "ok", ckpt, runs=stages.runs, memory=stages.memory, items=items, built=built,
-        served=stages.served, load_failure=stages.load_failure,
-    )  # fmt: skip
+        matrix,
+        entry,
+        "ok",
+        ckpt,
+        runs=stages.runs,
+        memory=stages.memory,
+        items=items,
+        built=built,
+        served=stages.served,
+        load_failure=stages.load_failure,
+    )
 
 
 def checkpoint_outcome(

@@ -158,8 +158,10 @@ def preview(matrix: RunMatrix, rates: Rates) -> list[str]:
     if matrix.rag is not None:  # its generated answers, beside its choice items
         items[rag_task.TASK] = len(matrix.rag.generation)
     items |= {task: len(generation.items) for task, generation in matrix.generation.items()}
-    lines = [f"plan: {len(matrix.plan.entries)} checkpoints; items per task: "
-             + ", ".join(f"{task} {n}" for task, n in items.items())]  # fmt: skip
+    lines = [
+        f"plan: {len(matrix.plan.entries)} checkpoints; items per task: "
+        + ", ".join(f"{task} {n}" for task, n in items.items())
+    ]
     costs: dict[tuple[str, str], float] = {}
     for entry in matrix.plan.entries:
         what, cost = _entry_plan(matrix, entry, rates, items)

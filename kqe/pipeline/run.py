@@ -49,8 +49,10 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress, executor: Execu
     if rates.items_per_s < SLOW_ITEMS_PER_S:
         log.warning(
             "slow here: about %.1f items/s scoring, in %s (%s); `kqe env` says why (docs/cpu.md)",
-            rates.items_per_s, matrix.profile.dtype, rates.source,
-        )  # fmt: skip
+            rates.items_per_s,
+            matrix.profile.dtype,
+            rates.source,
+        )
     outcomes = executor.evaluate(matrix, rates.server_start_s)
     failures = {name: o.status for name, o in outcomes.items() if o.status != "ok"}
     base = outcomes[BASE_SCHEME]
@@ -86,16 +88,24 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress, executor: Execu
     board = matrix.board_dir / "leaderboard.csv"
     leaderboard.write_leaderboard(board, rows)
     summary = RunSummary(
-        config=cfg, command=cfg.command(), wall_s=time.perf_counter() - started,
-        calibrations=matrix.calibs, profile=matrix.profile, failures=failures, comparisons=comparisons,
+        config=cfg,
+        command=cfg.command(),
+        wall_s=time.perf_counter() - started,
+        calibrations=matrix.calibs,
+        profile=matrix.profile,
+        failures=failures,
+        comparisons=comparisons,
         checkpoints=[o.checkpoint for o in outcomes.values() if o.checkpoint is not None],
         score_runs=[run for o in outcomes.values() for run in o.runs.values()],
         memory={name: o.memory for name, o in outcomes.items() if o.memory is not None},
         built=[name for name, o in outcomes.items() if o.built],
-        served=[name for name, o in outcomes.items() if o.served], multiplicity=cfg.multiplicity,
-        perplexity_comparisons=perplexity, perplexity_gaps=gaps, capacity=capacity,
+        served=[name for name, o in outcomes.items() if o.served],
+        multiplicity=cfg.multiplicity,
+        perplexity_comparisons=perplexity,
+        perplexity_gaps=gaps,
+        capacity=capacity,
         load_failures={name: o.load_failure for name, o in outcomes.items() if o.load_failure},
-    )  # fmt: skip
+    )
     write_record(matrix.board_dir / "run.json", summary)
     write_record(matrix.board_dir / "placement.json", matrix.plan.placement)
     report.write_report(board)
@@ -133,21 +143,31 @@ def _findings(
         return CheckpointResult(outcome, profile, command, memory=memory, placement=placement)
     base_items = None if outcome.name == BASE_SCHEME else base.items  # the base row keeps the macro Δ empty
     tasks = TaskFindings(
-        vs_base=vs_base, calibration_control=matrix.references.get(outcome.name),
+        vs_base=vs_base,
+        calibration_control=matrix.references.get(outcome.name),
         vs_control=_calibration_effect(control, outcome),
         averages=averages.checkpoint_averages(outcome.items, base_items, matrix.sources),
-    )  # fmt: skip
+    )
     rag = None
     if matrix.rag is not None:
         skipped, recall = matrix.rag.skipped, matrix.rag.gold_in_context
         rag = rag_findings.checkpoint_findings(outcome.items, base_items, skipped, recall)
     ppl = _perplexity_findings(matrix, ckpt, base.checkpoint, control.checkpoint if control else None)
     return CheckpointResult(
-        outcome, profile, command, memory=memory, base_memory=_row_memory(matrix, base), tasks=tasks,
-        perplexity=ppl, rag=rag, generation=_generation_findings(matrix, outcome, base),
-        placement=placement, capacity=stage_files(matrix, ckpt).capacity(),
-        engine_versions=_engine_versions(matrix), serving=servability(matrix, ckpt).note,
-    )  # fmt: skip
+        outcome,
+        profile,
+        command,
+        memory=memory,
+        base_memory=_row_memory(matrix, base),
+        tasks=tasks,
+        perplexity=ppl,
+        rag=rag,
+        generation=_generation_findings(matrix, outcome, base),
+        placement=placement,
+        capacity=stage_files(matrix, ckpt).capacity(),
+        engine_versions=_engine_versions(matrix),
+        serving=servability(matrix, ckpt).note,
+    )
 
 
 def _generation_findings(

@@ -77,7 +77,7 @@ def stage_files(matrix: RunMatrix, ckpt: Checkpoint) -> StageFiles:
     # keyed by the items too: another --limit or seed scores (and resumes) a different file
     task_items = {t: [p.item_id for p in ps] for t, ps in matrix.prompts.items()}
     task_items |= matrix.rag.stage_items() if matrix.rag else {}
-    task_items |= {t: [item.item_id for item in g.items] for t, g in matrix.generation.items()}
+    task_items |= {task: generation.stage_items() for task, generation in matrix.generation.items()}
     task_keys = {t: content_hash(key, ids) for t, ids in task_items.items()}
     held_out = catalog.holdout_documents(matrix.ws)
     texts = {name: perplexity.documents_sha(documents) for name, documents in held_out.items()}
@@ -85,11 +85,12 @@ def stage_files(matrix: RunMatrix, ckpt: Checkpoint) -> StageFiles:
     # capacity under load belongs to the real format's kernel and the target GPU: measured only there
     planned = matrix.plan.placement.of(name).memory_source == "planner"
     return StageFiles(
-        key=key, memory=stages / f"{name}.{key}.memory.json",
+        key=key,
+        memory=stages / f"{name}.{key}.memory.json",
         runs={task: stages / f"{name}.{task}.{k}.score.json" for task, k in task_keys.items()},
         items={task: matrix.out / "items" / name / f"{task}.{k}.jsonl" for task, k in task_keys.items()},
         load=stages / f"{name}.{key}.capacity.json",
         load_wanted=matrix.cfg.load and not (dequantized or planned),
         perplexity=stages / f"{name}.{ppl_key}.perplexity.json",
         log=matrix.out / "logs" / f"{name}.{key}.log",
-    )  # fmt: skip
+    )

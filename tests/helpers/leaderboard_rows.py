@@ -63,6 +63,41 @@ CALIB_EFFECT = {
 }
 
 
+def generation(prefix: str, same: float | None, hangul_delta: float | None) -> dict[str, object]:
+    """The generation columns of `prefix` (`ko_rag`, `lmeval`): a candidate's with a share `same` of
+    outputs identical to the base's and its paired Δs; the base's (same None) with its levels alone."""
+    cells: dict[str, object] = {
+        f"{prefix}_gen_items": 40,
+        f"{prefix}_hangul_share": 0.9,
+        f"{prefix}_hangul_share_ci_low": 0.85,
+        f"{prefix}_hangul_share_ci_high": 0.95,
+        f"{prefix}_code_switch_rate": 0.1,
+        f"{prefix}_code_switch_rate_ci_low": 0.04,
+        f"{prefix}_code_switch_rate_ci_high": 0.2,
+    }
+    if same is None:
+        return cells | {f"{prefix}_same_as_base": 1.0, f"{prefix}_chrf_vs_base": 100.0}
+    cells |= {
+        f"{prefix}_same_as_base": same,
+        f"{prefix}_same_as_base_ci_low": same - 0.1,
+        f"{prefix}_same_as_base_ci_high": same + 0.1,
+        f"{prefix}_chrf_vs_base": 80.0,
+        f"{prefix}_chrf_vs_base_ci_low": 72.5,
+        f"{prefix}_chrf_vs_base_ci_high": 87.5,
+        f"{prefix}_first_diff_tokens": 7.5,
+        f"{prefix}_code_switch_delta": 0.05,
+        f"{prefix}_code_switch_delta_ci_low": -0.01,
+        f"{prefix}_code_switch_delta_ci_high": 0.11,
+    }
+    if hangul_delta is not None:
+        cells |= {
+            f"{prefix}_hangul_share_delta": hangul_delta,
+            f"{prefix}_hangul_share_delta_ci_low": hangul_delta - 0.02,
+            f"{prefix}_hangul_share_delta_ci_high": hangul_delta + 0.02,
+        }
+    return cells
+
+
 def rows() -> list[LeaderboardRow]:
     return [
         row("bf16", "bf16", "none", 0.0, 0.5),
@@ -131,3 +166,9 @@ def write_board(root: Path) -> Path:
     write_leaderboard(path, rows())
     write_record(path.parent / "run.json", run_summary(rows()))
     return path
+
+
+def with_cells(board_row: LeaderboardRow, cells: dict[str, object]) -> LeaderboardRow:
+    """`board_row` with `cells` set, validated anew (generated columns live in `tasks`, which model_copy
+    would not update)."""
+    return LeaderboardRow(**{**board_row.model_dump(exclude={"tasks"}), **board_row.tasks, **cells})
