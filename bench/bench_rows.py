@@ -104,6 +104,12 @@ ONE_TASK = {
     "rare_null": "no subjects, rare flips (300 items), true Δ 0",
 }
 STATS_SUMMARY = {
+    "pvalue_suite_max_null_share": (
+        "cluster-level p (K 3-45, accuracy and perplexity nulls): highest share of p < 0.05 under no change",
+        "<= 0.06",
+    ),
+    "pvalue_t_min_null_share": ("t(K-1) p (K 3-45): lowest share of p < 0.05 under no change", "0.04-0.06"),
+    "pvalue_t_max_null_share": ("t(K-1) p (K 3-45): highest share of p < 0.05 under no change", "0.04-0.06"),
     "grid_min_cover": ("few subjects grid (K 3-45, icc 0-0.2, 900 items): lowest CI coverage", ">= 0.94"),
     "grid_max_null_sig_loss": (
         "few subjects grid (K 3-45, icc 0-0.2, 900 items): highest 'significant loss' share under a true Δ 0",

@@ -1,10 +1,11 @@
 """Benchmarks of the paired statistics (not unit tests): are the CIs honest, is a true null rarely
-called a loss, does the MDE mean 80% power, and are all comparisons of a full-size run fast?
+called a loss, does the MDE mean 80% power, are the cluster-level p-values calibrated under no change
+(bench/pvalue_bench.py), and are all comparisons of a full-size run fast?
 
-    .venv/bin/python -m bench.stats_bench [--replicates 2000] [--only sim|clusters|mde|speed]
+    .venv/bin/python -m bench.stats_bench [--replicates 2000] [--only sim|clusters|mde|pvalues|speed]
 
 Prints one table per part and appends a row per part to
-`results/bench/stats_{sim,clusters,mde,speed}.csv`.
+`results/bench/stats_{sim,clusters,mde,pvalues,speed}.csv`.
 
 The simulation draws each replicate's subjects from a population (base accuracy, P(right→wrong)
 and P(wrong→right) per subject from Beta laws), then items within subjects, so the true Δ is the
@@ -347,10 +348,12 @@ def append_row(part: str, row: dict[str, object]) -> None:
 
 def main() -> None:
     from bench import bench_rows  # here: it reads this module's SPEED_* at its import
+    from bench.pvalue_bench import run_pvalue_calibration  # here: it reads this module's grid
 
     parser = argparse.ArgumentParser(description="Benchmarks of the paired statistics.")
     parser.add_argument("--replicates", type=int, default=2000, help="simulation replicates per scenario")
-    parser.add_argument("--only", choices=("sim", "clusters", "mde", "speed"), help="run one part only")
+    parts_named = ("sim", "clusters", "mde", "pvalues", "speed")
+    parser.add_argument("--only", choices=parts_named, help="run one part only")
     args = parser.parse_args()
     meta: dict[str, object] = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -362,6 +365,7 @@ def main() -> None:
         "sim": run_simulation,
         "clusters": run_cluster_grid,
         "mde": run_mde_check,
+        "pvalues": lambda replicates: run_pvalue_calibration(replicates, CLUSTER_COUNTS, say),
         "speed": lambda _: run_speed(),
     }
     for part, run in parts.items():

@@ -1,5 +1,6 @@
-"""Paired perplexity statistics against direct implementations on hand data, scipy's t-test and a
-coverage simulation; the run-wide multiplicity adjustments against statsmodels."""
+"""Paired perplexity statistics against direct implementations on hand data, scipy's t-test and
+sign-flip permutation test and a coverage simulation; the run-wide multiplicity adjustments against
+statsmodels."""
 
 from __future__ import annotations
 
@@ -7,12 +8,13 @@ import math
 
 import numpy as np
 import pytest
-from scipy.stats import norm
+from scipy.stats import permutation_test, ttest_1samp
 from statsmodels.stats.multitest import multipletests
 
 from evals.reporting.perplexity_report import perplexity_section
 from evals.reporting.row_cells import perplexity_cells
 from evals.statistics.bootstrap import small_sample_stretch
+from evals.statistics.cluster_tests import sign_flip_floor
 from evals.statistics.multiplicity import benjamini_hochberg
 from evals.statistics.perplexity_stats import (
     DOCUMENTS,
@@ -47,10 +49,10 @@ def record(
 
 def direct_bootstrap(
     diff: list[float], tokens: list[float], resamples: int, seed: int
-) -> tuple[float, float, float, float]:
+) -> tuple[float, float, float]:
     """Textbook paired cluster bootstrap, loop by loop: units drawn with replacement, each replicate's
     Σdiff/Σtokens, deviations stretched by √(K/(K−1))·t/z, a symmetric 95% interval on the log scale,
-    then exp: (Δ%, low %, high %), and the two-sided normal p of that spread."""
+    then exp: (Δ%, low %, high %)."""
     rng = np.random.default_rng(seed)
     k = len(diff)
     estimate = sum(diff) / sum(tokens)
@@ -61,7 +63,7 @@ def direct_bootstrap(
     sd = small_sample_stretch(k) * float(np.std(replicates))
     half = 1.959963984540054 * sd
     delta, low, high = (100 * math.expm1(x) for x in (estimate, estimate - half, estimate + half))
-    return delta, low, high, float(2 * norm.sf(abs(estimate) / sd))
+    return delta, low, high
 
 
 def test_delta_and_its_ci_match_a_direct_document_bootstrap_on_hand_data() -> None:
@@ -76,27 +78,48 @@ def test_delta_and_its_ci_match_a_direct_document_bootstrap_on_hand_data() -> No
     c = compare_perplexity(base, cand, "ko", resamples=20_000)
     assert c is not None and c.ci_method == DOCUMENTS and c.clusters == 4 and c.windows == 8
     diff = [sum(a * t for a, t in zip(adds, (100, 60), strict=True)) for adds in docs.values()]
-    delta, low, high, p = direct_bootstrap(diff, [160.0] * 4, 20_000, seed=7)
+    delta, low, high = direct_bootstrap(diff, [160.0] * 4, 20_000, seed=7)
     assert c.delta_pct == pytest.approx(delta, rel=1e-12)
     assert c.delta_pct == pytest.approx(100 * (c.ppl_cand / c.ppl_base - 1), rel=1e-9)
     width = high - low
     assert c.ci_low_pct == pytest.approx(low, abs=0.03 * width)  # two Monte Carlo runs of 20k
     assert c.ci_high_pct == pytest.approx(high, abs=0.03 * width)
-    assert c.p == pytest.approx(p, rel=0.2) and c.p < 0.05  # a tail probability: Monte Carlo varies
-    assert c.verdict == SIGNIFICANT_LOSS, "every document rose: a real loss above 0"
+    # every document rose, and that is all 4 documents can say: the exact test's floor, 2^(1−4)
+    assert c.p == sign_flip_floor(4) == 0.125 and c.p_method == "exact sign-flip over 4 documents"
+    assert c.ci_low_pct > 0 and c.verdict.startswith("inconclusive"), "p 0.125 is no significant loss"
 
 
-def test_p_is_below_005_exactly_when_the_ci_excludes_0() -> None:
+def _documents(rng: np.random.Generator, count: int, shift: float, tokens: int | None) -> tuple[list, list]:
+    base_w, cand_w = [], []
+    for d in range(count):
+        change = shift + rng.normal(0, 0.01)
+        size = tokens or int(rng.integers(50, 500))
+        base_w.append((f"s{d}", size, 300.0))
+        cand_w.append((f"s{d}", size, 300.0 + change * size))
+    return base_w, cand_w
+
+
+def test_p_over_few_documents_is_scipys_exact_sign_flip_test_of_their_nll_changes() -> None:
     rng = np.random.default_rng(5)
-    for shift in (0.0, 0.002, 0.004, 0.006, 0.01, 0.02):
-        base_w, cand_w = [], []
-        for d in range(8):
-            change = shift + rng.normal(0, 0.01)
-            base_w.append((f"s{d}", int(rng.integers(50, 500)), 300.0))
-            cand_w.append((base_w[-1][0], base_w[-1][1], 300.0 + change * base_w[-1][1]))
+    for shift in (0.0, 0.004, 0.01, 0.02):
+        base_w, cand_w = _documents(rng, 8, shift, None)
         c = compare_perplexity(record("b", {"faq_en": base_w}), record("c", {"faq_en": cand_w}), "faq_en")
-        assert c is not None
-        assert (c.p < 0.05) == (c.ci_low_pct > 0 or c.ci_high_pct < 0), (shift, c.p, c.ci_low_pct)
+        assert c is not None and c.p_method == "exact sign-flip over 8 documents"
+        totals = np.array([cand[2] - base[2] for base, cand in zip(base_w, cand_w, strict=True)])
+        reference = permutation_test(
+            (totals,), np.sum, permutation_type="samples", n_resamples=np.inf, alternative="two-sided"
+        )
+        assert c.p == pytest.approx(reference.pvalue, rel=1e-12) and c.p >= sign_flip_floor(8)
+
+
+def test_p_over_many_documents_is_scipys_one_sample_t_test_of_the_document_changes() -> None:
+    rng = np.random.default_rng(6)
+    for shift in (0.0, 0.003, 0.01):
+        base_w, cand_w = _documents(rng, 20, shift, 200)
+        c = compare_perplexity(record("b", {"ko": base_w}), record("c", {"ko": cand_w}), "ko")
+        assert c is not None and c.p_method == "t(K−1) over 20 documents"
+        per_token = [(cand[2] - base[2]) / 200 for base, cand in zip(base_w, cand_w, strict=True)]
+        assert c.p == pytest.approx(ttest_1samp(per_token, 0.0).pvalue, rel=1e-9)
 
 
 def test_few_documents_resample_windows_and_unpairable_records_give_none() -> None:
@@ -164,9 +187,9 @@ def test_the_parallel_gap_pairs_sections_across_languages() -> None:
 
 
 def test_findings_fill_the_leaderboard_cells_and_leave_the_base_row_empty() -> None:
-    docs = [(f"b{i}", 100, 300.0) for i in range(4)]
+    docs = [(f"b{i}", 100, 300.0) for i in range(16)]  # more than 12: the t(15) test can go below 0.05
     base = record("bf16", {"ko": docs, "en": docs})
-    cand = record("awq", {"ko": [(d, t, n + 20) for d, t, n in docs], "en": docs})
+    cand = record("awq", {"ko": [(d, t, n + 20 + i % 3) for i, (d, t, n) in enumerate(docs)], "en": docs})
     control = record("awq-en", {"ko": [(d, t, n + 25 + i) for i, (d, t, n) in enumerate(docs)], "en": docs})
     cells = perplexity_cells(found := perplexity_findings(cand, base, control))
     assert cells["ppl_ko_verdict"] == SIGNIFICANT_LOSS and cells["ppl_en_verdict"] == NO_LOSS

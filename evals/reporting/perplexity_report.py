@@ -3,6 +3,7 @@ CI and verdict, the calibration effect on perplexity, and the Korean − English
 
 from __future__ import annotations
 
+from evals.reporting.p_values import format_p
 from kqe.core.results import PerplexityComparison, RunSummary
 
 TEXT_SETS = {
@@ -18,9 +19,16 @@ def _ci(c: PerplexityComparison) -> str:
     return f"{c.delta_pct:+.1f}% [{c.ci_low_pct:+.1f}, {c.ci_high_pct:+.1f}]"
 
 
+def _sources(c: PerplexityComparison) -> str:
+    """What the CI resampled and what the p was judged against (a run before the cluster tests: the
+    bootstrap's normal tail, which the documents could not support)."""
+    p_from = c.p_method or "normal tail of the bootstrap (an earlier run: too small)"
+    return f"{c.ci_method}, {c.clusters} documents; p: {p_from}"
+
+
 def _table(found: list[PerplexityComparison], reference: str) -> list[str]:
     lines = [
-        f"| checkpoint | {reference} | text | ppl | Δ ppl [95% CI] | p | verdict | CI from |",
+        f"| checkpoint | {reference} | text | ppl | Δ ppl [95% CI] | p | verdict | CI and p from |",
         "|---|---|---|---|---|---|---|---|",
     ]
     order = list(TEXT_SETS)
@@ -29,7 +37,7 @@ def _table(found: list[PerplexityComparison], reference: str) -> list[str]:
     ):
         lines.append(
             f"| {c.candidate} | {c.base} | {TEXT_SETS.get(c.text_set, c.text_set)} | {c.ppl_cand:.2f} | "
-            f"{_ci(c)} | {c.p:.2g} | {c.verdict} | {c.ci_method}, {c.clusters} documents |"
+            f"{_ci(c)} | {format_p(c.p)} | {c.verdict} | {_sources(c)} |"
         )
     return lines
 
@@ -38,7 +46,7 @@ def _in_words(c: PerplexityComparison, what: str) -> str:
     """One sentence: the change, its CI, and whether the CI tells it from no change."""
     real = c.ci_low_pct > 0 or c.ci_high_pct < 0
     judged = "a real change: the CI excludes 0" if real else "not distinguishable from 0: the CI holds it"
-    return f"- {c.candidate}: {what} {_ci(c)} against {c.base}, {judged} (p = {c.p:.2g})."
+    return f"- {c.candidate}: {what} {_ci(c)} against {c.base}, {judged} ({format_p(c.p, 'p')})."
 
 
 def perplexity_section(run: RunSummary | None, base: str) -> list[str]:
@@ -54,8 +62,9 @@ def perplexity_section(run: RunSummary | None, base: str) -> list[str]:
     lines = [
         "Perplexity on held-out text (never in a calibration set), per token of the model's tokenizer; "
         "Δ against the base on the same windows. The CI resamples whole documents (bills, chapters, "
-        f"FAQ sections) with both checkpoints paired; p is the same bootstrap's (below 0.05 exactly when "
-        "the CI excludes 0); "
+        "FAQ sections) with both checkpoints paired; p takes the same documents as its units (an exact "
+        "sign-flip test up to 12 of them, which no p below 2^(1−K) can come from, else t with K−1 "
+        "degrees of freedom); "
         f"verdicts judge against a +{margin:g}% margin.",
         "",
         *[_in_words(c, "Korean perplexity") for c in vs_base if c.text_set == "ko"],

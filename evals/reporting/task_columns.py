@@ -30,7 +30,11 @@ COMPARISON = (
     TaskColumn("ci_low", float, "Lower end of the {label} Δ 95% CI."),
     TaskColumn("ci_high", float, "Upper end of the {label} Δ 95% CI."),
     TaskColumn("p", float, "{label} exact McNemar p."),
-    TaskColumn("p_holm", float, "{label} McNemar p after Holm's correction across the tasks."),
+    TaskColumn(
+        "p_holm",
+        float,
+        "{label} tested p (the larger of McNemar's and the subjects') after Holm's correction.",
+    ),
     TaskColumn("flips_c2w", int, "{label} items flipped correct→wrong."),
     TaskColumn("flips_w2c", int, "{label} items flipped wrong→correct."),
     TaskColumn("kl", float, "{label} mean KL(base ‖ checkpoint) of the choice distributions, nats."),

@@ -4,8 +4,9 @@ Both checkpoints scored the same token windows, so the comparison is paired: the
 per token is Σ(NLL_cand − NLL_base) / Σ tokens over the windows, and the perplexity ratio is its exp.
 The bootstrap resamples whole documents (a bill, a chapter, a FAQ section), as accuracy resamples
 subjects, never narrower than resampling windows, and stretched for the few units it has
-(`bootstrap.small_sample_stretch`); with fewer than 3 documents it resamples windows. The p-value is the
-same bootstrap's (normal, on the stretched spread), so p < 0.05 exactly when the CI excludes 0.
+(`bootstrap.small_sample_stretch`); with fewer than 3 documents it resamples windows. The p-value
+takes the CI's units as its units (`evals.statistics.cluster_tests`: exact sign flips over up to 12 of
+them, else t(K−1)), so it never claims more than those few documents can show: 4 documents, p ≥ 0.125.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 from scipy.stats import norm
 
 from evals.statistics.bootstrap import ALPHA, BOOTSTRAP_RESAMPLES, SEED, cluster_sums, small_sample_stretch
+from evals.statistics.cluster_tests import ClusterTest, cluster_test
 from evals.statistics.stats import NO_LOSS, SIGNIFICANT_LOSS
 from kqe.core.defaults import PARALLEL_TEXT_SETS, PPL_MARGIN_PCT
 from kqe.core.results import Perplexity, PerplexityComparison, PerplexityGap
@@ -91,6 +93,19 @@ def _replicates(
     return estimate + small_sample_stretch(len(diff)) * (sums[:, 0] / sums[:, 1] - estimate)
 
 
+def ratio_test(paired: PairedWindows, method: str) -> ClusterTest:
+    """The p of "no change" over the units the CI resampled (`method`): documents, or windows where the
+    CI resampled windows; where the windows were the floor, the larger p of the two."""
+    diff = paired.cand_nll - paired.base_nll
+    windows = cluster_test(diff, paired.tokens, "windows")
+    if method == FEW_DOCUMENTS:
+        return windows
+    index = np.unique(paired.documents, return_inverse=True)[1]
+    doc_diff, doc_tokens = np.bincount(index, weights=diff), np.bincount(index, weights=paired.tokens)
+    documents = cluster_test(doc_diff, doc_tokens, "documents")
+    return windows if method == WINDOW_FLOOR and windows.p > documents.p else documents
+
+
 def percent(log_ratio: float | np.ndarray) -> float | np.ndarray:
     """A change in mean NLL per token as a perplexity change, percent."""
     return 100 * np.expm1(log_ratio)
@@ -126,7 +141,8 @@ def compare_perplexity(
     spread = float(np.std(ratio.replicates))
     half = norm.ppf(1 - ALPHA / 2) * spread  # symmetric on the log scale
     low, high = float(percent(ratio.estimate - half)), float(percent(ratio.estimate + half))
-    p = float(2 * norm.sf(abs(ratio.estimate) / spread)) if spread > 0 else float(ratio.estimate == 0)
+    test = ratio_test(paired, ratio.method)
+    p = test.p
     tokens = float(paired.tokens.sum())
     return PerplexityComparison(
         text_set=text_set,
@@ -146,6 +162,7 @@ def compare_perplexity(
         clusters=ratio.clusters,
         bootstrap_resamples=resamples,
         seed=seed,
+        p_method=test.method,
     )
 
 

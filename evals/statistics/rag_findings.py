@@ -1,7 +1,8 @@
 """What ko_rag found about a checkpoint per condition and context length, from its scored items
 (`evals/tasks/ko_rag/metrics.py` groups them): F1 and EM over answerable questions, ΔF1 against the base
-with a paired bootstrap CI clustered by gold passage, the closed-book scores and the open-book gain over
-them (paired the same way), abstention, Hangul share, multiple-choice accuracy, retrieval recall."""
+with a paired bootstrap CI clustered by gold passage and its p over the passages, the closed-book scores
+and the open-book gain over them (paired the same way), abstention, Hangul share, multiple-choice
+accuracy, retrieval recall."""
 
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evals.statistics.averages import Estimate
-from evals.statistics.paired_means import paired_mean_ci
+from evals.statistics.paired_means import PairedEstimate, paired_mean
 from evals.tasks.ko_rag.abstention import abstains
 from evals.tasks.ko_rag.context import ABSTAIN
 from evals.tasks.ko_rag.metrics import Grouped, answer_f1, by_coordinates, open_book_gains
@@ -27,18 +27,18 @@ class OpenBookScores:
     """Mean number-exact answer F1; None when nothing was scored."""
     em: float | None
     """Exact-match share."""
-    f1_delta: Estimate | None
-    """F1 minus the base's on the same items, with its CI clustered by gold passage; None on the base
-    row or when the items differ."""
+    f1_delta: PairedEstimate | None
+    """F1 minus the base's on the same items, with its CI clustered by gold passage and its p over the
+    passages; None on the base row or when the items differ."""
 
 
 @dataclass(frozen=True)
 class OpenBookGain:
     """What the retrieved passages add over closed-book at one length, on the same questions."""
 
-    gain: Estimate | None
-    """Retrieved F1 minus closed-book F1, with its CI."""
-    gain_delta: Estimate | None
+    gain: PairedEstimate | None
+    """Retrieved F1 minus closed-book F1, with its CI and p."""
+    gain_delta: PairedEstimate | None
     """`gain` minus the base's on the same questions; None on the base row."""
 
 
@@ -76,14 +76,16 @@ class RagFindings:
     """Length label → why it was not scored."""
 
 
-def _paired(ours: dict[str, float], theirs: dict[str, float], clusters: dict[str, str]) -> Estimate | None:
-    """The mean of ours − theirs with its 95% CI clustered, over the same keys; None unless they match."""
+def _paired(
+    ours: dict[str, float], theirs: dict[str, float], clusters: dict[str, str]
+) -> PairedEstimate | None:
+    """The mean of ours − theirs with its 95% CI and p clustered, over the same keys; None unless they
+    match."""
     if not ours or set(ours) != set(theirs):
         return None
     keys = sorted(ours)
     differences = np.array([ours[k] - theirs[k] for k in keys])
-    low, high = paired_mean_ci(differences, [clusters[k] for k in keys])
-    return Estimate(float(differences.mean()), low, high)
+    return paired_mean(differences, [clusters[k] for k in keys])
 
 
 def _open_book(label: str, length: str, ours: Grouped, theirs: Grouped | None) -> OpenBookScores:

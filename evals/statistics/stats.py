@@ -2,8 +2,10 @@
 
 Every checkpoint is scored on identical items, so the comparison is paired: the bootstrap resamples
 items (or whole subjects, the clusters the items were drawn in) for both checkpoints at once, and the
-test looks only at the items whose correctness differs (exact McNemar); the resampling is
-evals/statistics/bootstrap.py's. Each task ends in a verdict:
+test looks only at the items whose correctness differs (exact McNemar), which treats items as
+independent; with subjects the cluster-level test (`evals.statistics.cluster_tests`) stands beside it
+and the verdict follows the larger p of the two. The resampling is evals/statistics/bootstrap.py's.
+Each task ends in a verdict:
 the loss is real, or ruled out beyond a margin, or beyond what this many items can see (the MDE).
 """
 
@@ -21,6 +23,7 @@ from evals.statistics.bootstrap import (
     ALPHA,
     BOOTSTRAP_RESAMPLES,
     CLUSTER_BOOTSTRAP,
+    ITEM_BOOTSTRAP,
     SEED,
     Z_CI,
     Replicates,
@@ -30,6 +33,7 @@ from evals.statistics.bootstrap import (
     small_sample_stretch,
     symmetric_ci,
 )
+from evals.statistics.cluster_tests import ClusterTest, clustered_test
 from evals.statistics.multiplicity import ADJUSTMENTS, holm
 from evals.statistics.pairing import PairedItems, Scored, pair_items, read_items
 from evals.tasks.registry import KOREAN_TO_ENGLISH
@@ -136,6 +140,19 @@ def _agreement(
     return found | {"top_agreement_ci_high": min(kept_high, 1.0)}
 
 
+def verdict_p(comparison: Comparison) -> float:
+    """The p a verdict judges by (before the multiplicity correction): the larger of McNemar's, which
+    treats items as independent, and the cluster-level one where the items fall in subjects."""
+    return max(comparison.mcnemar_p, comparison.cluster_p if comparison.cluster_p is not None else 0.0)
+
+
+def _cluster_level(paired: PairedItems, replicates: Replicates) -> ClusterTest | None:
+    """The p of "no change" over the subjects the CI resampled; None without subjects."""
+    if replicates.method == ITEM_BOOTSTRAP:
+        return None
+    return clustered_test(paired.cand_ok.astype(float) - paired.base_ok, paired.clusters)
+
+
 def verdict(ci_low: float, ci_high: float, p: float, margin: float, mde: float) -> str:
     """A loss is significant when the (Holm-adjusted) exact test and the 95% CI both say so; else the
     CI's lower end above −margin rules out a loss as large as the margin; else n was too small."""
@@ -177,7 +194,8 @@ def _compare_with_replicates(
             ratios = np.where(base_star > 0, cand_star / base_star, np.nan)
         recovery, (recovery_low, recovery_high) = acc_cand / acc_base, percentile_ci(ratios, step / acc_base)
         recovery_low = max(recovery_low, 0.0)
-    p = float(mcnemar_p(flips_c2w, flips_w2c))
+    p, clustered = float(mcnemar_p(flips_c2w, flips_w2c)), _cluster_level(paired, replicates)
+    tested = max(p, clustered.p if clustered else 0.0)
     mde = minimum_detectable_effect(n, (flips_c2w + flips_w2c) / n)
     comparison = Comparison(
         task=task,
@@ -191,7 +209,7 @@ def _compare_with_replicates(
         ci_high=ci_high,
         mcnemar_p=p,
         mcnemar_midp=float(mcnemar_p(flips_c2w, flips_w2c, mid=True)),
-        p_holm=p,
+        p_holm=tested,
         flips_c2w=flips_c2w,
         flips_w2c=flips_w2c,
         flip_rate=(flips_c2w + flips_w2c) / n,
@@ -203,11 +221,13 @@ def _compare_with_replicates(
         margin=margin,
         noninf_p=float((1 + np.sum(deltas - step <= -margin)) / (1 + resamples)),
         mde=mde,
-        verdict=verdict(ci_low, ci_high, p, margin, mde),
+        verdict=verdict(ci_low, ci_high, tested, margin, mde),
         bootstrap_resamples=resamples,
         seed=seed,
         ci_method=replicates.method,
         clusters=replicates.clusters,
+        cluster_p=clustered.p if clustered else None,
+        cluster_p_method=clustered.method if clustered else None,
     )
     comparison = comparison.model_copy(update=_agreement(paired, replicates, resamples, rng))
     return comparison, deltas
@@ -251,7 +271,8 @@ def compare_tasks(
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = SEED,
 ) -> dict[str, Comparison]:
-    """Compare every task both hold; p is Holm-adjusted across them and verdicts use the adjusted p.
+    """Compare every task both hold; the tested p (`verdict_p`) is Holm-adjusted across them and verdicts
+    use the adjusted p.
 
     A Korean task whose English twin was compared too also gets the loss gap Δ(Korean) − Δ(English)
     with a 95% CI; the two tasks hold different items, so each is resampled on its own.
@@ -263,7 +284,7 @@ def compare_tasks(
             paired = pair_items(base[task], cand_items)
             names = (base_name, cand_name)
             results[task] = _compare_with_replicates(task, names, paired, margin, resamples, seed)
-    adjusted = holm([comparison.mcnemar_p for comparison, _ in results.values()])
+    adjusted = holm([verdict_p(comparison) for comparison, _ in results.values()])
     final: dict[str, Comparison] = {}
     for (task, (c, deltas)), p in zip(results.items(), adjusted, strict=True):
         update: dict[str, object] = {"p_holm": float(p)}
@@ -308,7 +329,7 @@ def adjust_run(
     if method not in ADJUSTMENTS:
         return {name: dict(tasks) for name, tasks in vs_base.items()}
     keys = [(name, task) for name, tasks in vs_base.items() for task in tasks]
-    adjusted = ADJUSTMENTS[method]([vs_base[name][task].mcnemar_p for name, task in keys])
+    adjusted = ADJUSTMENTS[method]([verdict_p(vs_base[name][task]) for name, task in keys])
     found: dict[str, dict[str, Comparison]] = {name: {} for name in vs_base}
     for (name, task), p in zip(keys, adjusted, strict=True):
         c = vs_base[name][task]

@@ -6,8 +6,17 @@ from pathlib import Path
 
 import click
 
+from evals.reporting.p_values import format_p
 from kqe.commands.console import Number, echo, run_guarded
+from kqe.core.results import Comparison
 from kqe.core.text import json_text
+
+
+def _over_subjects(r: Comparison) -> str:
+    """The cluster-level p beside McNemar's (which treats items as independent); empty without subjects."""
+    if r.cluster_p is None:
+        return ""
+    return f", {format_p(r.cluster_p, 'p')} over subjects ({r.cluster_p_method})"
 
 
 @click.command("compare")
@@ -42,8 +51,8 @@ def compare_command(base_items: Path, cand_items: Path, margin: float, as_json: 
             echo(
                 f"{task}: n={r.n}  acc {r.acc_base:.3f} -> {r.acc_cand:.3f}  Δ {100 * r.delta:+.1f} pts "
                 f"[{100 * r.ci_low:+.1f}, {100 * r.ci_high:+.1f}] ({r.ci_method}, {r.clusters} subjects)  "
-                f"McNemar p={r.mcnemar_p:.3g} "
-                f"(Holm {r.p_holm:.3g})  flips c→w {r.flips_c2w} w→c {r.flips_w2c}{kl}  "
+                f"McNemar {format_p(r.mcnemar_p, 'p')}{_over_subjects(r)} "
+                f"(Holm {format_p(r.p_holm)})  flips c→w {r.flips_c2w} w→c {r.flips_w2c}{kl}  "
                 f"MDE {100 * r.mde:.1f} pts  => {r.verdict}"
             )
             if r.ko_en_gap is not None and r.ko_en_gap_ci_low is not None and r.ko_en_gap_ci_high is not None:

@@ -93,7 +93,8 @@ class Comparison(Record):
     """Mid-p variant of the exact McNemar p: the observed split counts half (less conservative, its
     size is close to nominal)."""
     p_holm: float
-    """mcnemar_p after Holm's correction across the tasks compared together (one task: unchanged)."""
+    """The tested p (the larger of mcnemar_p and cluster_p) after Holm's correction across the tasks
+    compared together (one task: unchanged); records written before cluster_p: mcnemar_p's."""
     flips_c2w: int
     """Items the base got right and the candidate got wrong."""
     flips_w2c: int
@@ -151,6 +152,13 @@ class Comparison(Record):
     written before it was recorded."""
     clusters: int | None = None
     """Subjects the items fall in (1 without subjects); None in records written before it was recorded."""
+    cluster_p: float | None = None
+    """Two-sided p of "no change" with whole subjects as the units, as the CI resamples them: the exact
+    sign-flip test up to 12 subjects (never below 2^(1−K)), else t with K−1 degrees of freedom; the
+    verdict judges by the larger of it and mcnemar_p (McNemar treats items as independent). None
+    without subjects, and in records written before it was recorded."""
+    cluster_p_method: str | None = None
+    """How cluster_p was found: `exact sign-flip over K clusters` or `t(K−1) over K clusters`."""
 
 
 class WindowNll(Record):
@@ -215,8 +223,10 @@ class PerplexityComparison(Record):
     ci_high_pct: float
     """Upper end of that CI."""
     p: float
-    """Two-sided p of "no change", from the same bootstrap (normal on its stretched spread): below 0.05
-    exactly when the CI excludes 0."""
+    """Two-sided p of "no change" with the CI's units as the units (documents, or windows where the
+    CI resamples windows): the exact sign-flip test up to 12 units (never below 2^(1−K)), else t with
+    K−1 degrees of freedom (see p_method); records written before p_method: the bootstrap's normal p,
+    which fell far below what its documents could support."""
     margin_pct: float
     """Perplexity increase taken as acceptable, percent."""
     verdict: str
@@ -231,6 +241,9 @@ class PerplexityComparison(Record):
     """Bootstrap resamples behind the CI."""
     seed: int
     """Seed of the bootstrap."""
+    p_method: str | None = None
+    """How p was found: `exact sign-flip over K documents`, `t(K−1) over K documents` (or windows);
+    None in records written before it was recorded."""
 
 
 class PerplexityGap(Record):
