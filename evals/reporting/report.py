@@ -18,6 +18,7 @@ from evals.reporting.generation_report import generation_section
 from evals.reporting.leaderboard import read_leaderboard
 from evals.reporting.leaderboard_row import LeaderboardRow, scored_tasks
 from evals.reporting.model_card import model_card
+from evals.reporting.p_values import format_p
 from evals.reporting.perplexity_report import perplexity_section
 from evals.reporting.plots import task_label
 from evals.reporting.rag_report import rag_section
@@ -159,8 +160,8 @@ def _flips_table(rows: Sequence[LeaderboardRow]) -> list[str]:
             if r.scheme != BASE_SCHEME and getattr(r, f"{prefix}_delta") is not None:
                 cells = [getattr(r, f"{prefix}_{n}") for n in ("flips_c2w", "flips_w2c", "p", "p_holm", "kl")]
                 lines.append(
-                    f"| {r.checkpoint} | {label} | {cells[0]} | {cells[1]} | {cell(cells[2], '.3g')} | "
-                    f"{cell(cells[3], '.3g')} | {cell(cells[4], '.4f')} |"
+                    f"| {r.checkpoint} | {label} | {cells[0]} | {cells[1]} | {format_p(cells[2])} | "
+                    f"{format_p(cells[3])} | {cell(cells[4], '.4f')} |"
                 )
     return lines
 
@@ -171,7 +172,9 @@ def _effect(row: LeaderboardRow, prefix: str) -> str:
         return "–"
     low, high = (getattr(row, f"{prefix}_calib_effect_ci_{end}") for end in ("low", "high"))
     p, mde = getattr(row, f"{prefix}_calib_effect_p"), getattr(row, f"{prefix}_calib_effect_mde")
-    return f"{100 * effect:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] p={p:.2g}, MDE {100 * mde:.1f}"
+    return (
+        f"{100 * effect:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] {format_p(p, 'p')}, MDE {100 * mde:.1f}"
+    )
 
 
 def _calibration_section(rows: Sequence[LeaderboardRow], plots: dict[str, Path]) -> str:
