@@ -4,7 +4,7 @@
 MODEL ?= gemma3-270m
 SCHEMES ?= bf16,awq-w4a16,w4a16-rtn,fp8-dynamic
 CALIB ?= ko70,en100
-TASKS ?= kmmlu,mmlu
+TASKS ?= kmmlu,mmlu,ko_rag
 LIMIT ?=
 PROFILE ?=
 TARGET_GPU ?=

@@ -40,6 +40,8 @@ CHANGED: dict[str, Any] = {
     "load_duration_s": 12.5,
     "rag_data": "/data/my rag's folder",
     "rag_conditions": ("oracle", "depth"),
+    "rag_lengths": ("2k", "16k"),
+    "rag_questions": 12,
     "rag_chat_template": True,
     "apply_chat_template": True,
     "include_path": "/tasks/yaml",
@@ -129,9 +131,11 @@ def test_the_reproduce_command_parses_back_with_every_field_changed_and_with_non
 def test_the_reproduce_command_keeps_its_shape() -> None:
     assert EvalConfig().command() == (
         "kqe eval --model gemma3-270m --schemes bf16,awq-w4a16,w4a16-rtn,fp8-dynamic "
-        "--calibration ko70,en100 --calib-samples 48 --calib-seq-len 384 --tasks kmmlu,mmlu --offline "
-        "--limit 300 --profile cpu-small --seed 1234 --no-load"
+        "--calibration ko70,en100 --calib-samples 48 --calib-seq-len 384 --tasks kmmlu,mmlu,ko_rag --offline "
+        "--limit 300 --profile cpu-small --seed 1234 --no-load --rag-conditions retrieved,closed_book "
+        "--rag-lengths 1k --rag-questions 40"
     )
+    assert "--rag" not in EvalConfig(tasks="kmmlu").command(), "the slice is said only when ko_rag is scored"
     assert "--concurrency 2" in EvalConfig(concurrency=2).command()
 
 
@@ -143,6 +147,9 @@ def test_the_reproduce_command_keeps_its_shape() -> None:
         ({"rag_conditions": "retrieved,orcale"}, ("--rag-conditions", "orcale", "retrieved,oracle,depth")),
         ({"rag_conditions": ","}, ("--rag-conditions", "names no condition")),
         ({"rag_conditions": ("closed_book", "depht")}, ("depht",)),
+        ({"rag_lengths": "1k,3k"}, ("--rag-lengths", "3k", "1k,2k,4k,16k")),
+        ({"rag_lengths": ""}, ("--rag-lengths", "names no length")),
+        ({"rag_questions": -3}, ("--rag-questions", "-3", "0 for every question")),
         ({"run": "../elsewhere"}, ("../elsewhere", "plain folder name")),
     ],
 )
@@ -154,12 +161,19 @@ def test_a_bad_value_is_one_line_naming_it(fields: dict[str, Any], needles: tupl
 
 def test_comma_lists_are_parsed_once_into_tuples() -> None:
     cfg = EvalConfig(
-        schemes="bf16, awq-w4a16,,", calibrations="ko70,ko=0.6,en=0.4", tasks="mmlu", extra="",
-        rag_conditions="closed_book,retrieved", run="", target_gpu="",
-    )  # fmt: skip
+        schemes="bf16, awq-w4a16,,",
+        calibrations="ko70,ko=0.6,en=0.4",
+        tasks="mmlu",
+        extra="",
+        rag_conditions="closed_book,retrieved",
+        rag_lengths="4k, 1k",
+        run="",
+        target_gpu="",
+    )
     assert cfg.schemes == ("bf16", "awq-w4a16") and cfg.calibrations == ("ko70", "ko=0.6,en=0.4")
     assert cfg.tasks == ("mmlu",) and cfg.extra == ()
     assert cfg.rag_conditions == ("retrieved", "closed_book"), "in the order they are scored"
+    assert cfg.rag_lengths == ("1k", "4k"), "shortest first, as the leaderboard's columns"
     assert cfg.run is None and cfg.target_gpu is None
 
 

@@ -120,6 +120,13 @@ def test_a_hub_model_plans_every_item_of_the_full_test_splits_without_the_hub(tm
     assert items["lines"][-1] == (
         "items online (hub model Qwen/Qwen2.5-14B-Instruct); KQE_OFFLINE=1 scores the offline sets instead"
     )
+    assert items["ko_rag"] == {
+        "questions": 40,
+        "conditions": ["retrieved", "closed_book"],
+        "lengths": ["1k"],
+        "data": None,
+    }  # the default slice, said after the choice tasks and before what decided their items
+    assert items["lines"][2].startswith("ko_rag: 40 questions (seeded) of the built-in set, retrieved at 1k")
     code, out = eval_cli(tmp_path, "--model", "qwen2.5-14b", "--limit", "1000", "--dry-run")
     assert code == 0, out
     assert "KMMLU: full test split (HAERAE-HUB/KMMLU@d61b3f1), 1,000 of 35,030 items sampled" in out

@@ -20,9 +20,10 @@ from evals.tasks.ko_rag import task as rag_task
 from evals.tasks.ko_rag.choices import mc_choices
 from evals.tasks.ko_rag.retrieval import Bm25, Retriever, plan_context, recall_at_k
 from evals.tasks.ko_rag.source import RagSource
-from evals.tasks.ko_rag.sweep import LENGTHS, RETRIEVED
+from evals.tasks.ko_rag.sweep import CLOSED_BOOK, RETRIEVED
 from evals.tasks.prompt_tokens import ChoiceTokenizer
 from evals.tasks.prompts import TASKS_DIR
+from kqe.core.defaults import RAG_DEFAULT_CONDITIONS, RAG_LENGTHS
 from kqe.core.errors import UserError
 from kqe.core.workspace import Workspace
 from tests.helpers.cli import assert_one_line_error, run_kqe
@@ -201,7 +202,7 @@ def test_contexts_fill_the_budget_in_tokens_and_skip_what_does_not_fit(
     assert [row["length"] for row in rows] == ["1k"] * 6 + ["2k"] * 6
     encode = ChoiceTokenizer(tiny_model_dir).tok_encode
     for row in rows:
-        length = LENGTHS[row["length"]]
+        length = RAG_LENGTHS[row["length"]]
         assert len(encode(row["prompt"])) == row["prompt_tokens"]
         assert row["prompt_tokens"] + rag_context.MAX_NEW_TOKENS <= length
         assert len(encode(row["mc_prompt"])) + 1 <= length
@@ -215,6 +216,13 @@ def test_contexts_fill_the_budget_in_tokens_and_skip_what_does_not_fit(
         assert set(pair["1k"]["passage_ids"]) <= set(pair["2k"]["passage_ids"])
     with pytest.raises(UserError, match="max-model-len 512 holds none"):
         rag_rows.build_rows(source, budgeter, max_model_len=512, limit=None, seed=0)
+    slice_rows, slice_manifest = rag_rows.build_rows(
+        source, budgeter, 2048, 2, 0, (RETRIEVED, CLOSED_BOOK), {"1k": RAG_LENGTHS["1k"]}
+    )  # the default run's slice: two questions, retrieved at 1k and closed-book
+    assert slice_manifest["lengths"] == {"1k": 1024} and slice_manifest["questions"] == 2
+    assert sorted(str(row["length"]) for row in slice_rows) == ["1k", "1k", "None", "None"]
+    with pytest.raises(UserError, match="--rag-lengths 1k"):
+        rag_rows.build_rows(source, budgeter, 1500, None, 0, (RETRIEVED,), {"2k": RAG_LENGTHS["2k"]})
 
 
 def test_mc_choices_are_four_distinct_with_abstention_and_stable(user_data: Path) -> None:
@@ -316,7 +324,7 @@ def test_lm_eval_dataset_is_prepared_for_the_model_when_no_data_is_given(
     options = {"pretrained": str(tiny_model_dir), "ko_rag_data": str(user_data)}
     rows = utils.load_ko_rag(**options)["test"]
     assert sorted(set(rows["length"]) - {None}) == ["1k", "2k"]  # the tiny config holds 2,048 positions
-    assert set(rows["condition"]) == {"retrieved", "oracle", "closed_book"}  # the default conditions
+    assert set(rows["condition"]) == set(RAG_DEFAULT_CONDITIONS) == {"retrieved", "closed_book"}
     one = utils.load_ko_rag(**options, ko_rag_max_length=1024, ko_rag_conditions="retrieved")["test"]
     assert len(one) == len(QUESTIONS) and set(one["length"]) == {"1k"}
     assert utils.process_generation(rows[0], [" " + rows[0]["reference"]]) == {"em": 1.0, "f1": 1.0}

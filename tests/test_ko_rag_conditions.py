@@ -20,9 +20,9 @@ from evals.tasks.ko_rag import context as rag_context
 from evals.tasks.ko_rag import metrics as rag_metrics
 from evals.tasks.ko_rag import rows as rag_rows
 from evals.tasks.ko_rag import task as rag_task
-from evals.tasks.ko_rag.sweep import DEPTH_GRID, LENGTHS, RETRIEVED, coordinates, question_of
+from evals.tasks.ko_rag.sweep import DEPTH_GRID, RETRIEVED, coordinates, question_of
 from evals.tasks.prompt_tokens import ChoiceTokenizer
-from kqe.core.defaults import RAG_CONDITIONS
+from kqe.core.defaults import RAG_CONDITIONS, RAG_LENGTHS
 from kqe.core.errors import UserError
 from kqe.core.io import read_jsonl
 from kqe.core.results import ItemResult
@@ -87,14 +87,14 @@ def test_oracle_forces_in_every_gold_passage_that_fits_and_retrieved_prompts_do_
         gold, block = row["gold_passages"], row["block"]
         assert block == [pid for pid in gold if pid in block]  # the gold passages, in order
         assert row["gold_in_context"] == (block == gold)
-        assert row["prompt_tokens"] + rag_context.MAX_NEW_TOKENS <= LENGTHS[row["length"]]
+        assert row["prompt_tokens"] + rag_context.MAX_NEW_TOKENS <= RAG_LENGTHS[row["length"]]
         missing = [pid for pid in gold if pid not in block]
         if missing:  # left out only when it cannot fit beside the question (the tiny tokenizer's Korean)
             question = questions[row["question_id"]]
             gen = rag_context.GEN_SUFFIX.format(question=question)
             mc = rag_context.MC_SUFFIX.format(*row["choices"], question=question)
             fixed = budgeter.need(rag_context.INSTRUCTION, gen, mc)[0]
-            assert sum(sizes[pid] for pid in block) + sizes[missing[0]] > LENGTHS[row["length"]] - fixed
+            assert sum(sizes[pid] for pid in block) + sizes[missing[0]] > RAG_LENGTHS[row["length"]] - fixed
         if block:
             assert row["depth"] == round(_block_depth(row, sizes)[0], 4)
     fitted = [
@@ -170,7 +170,7 @@ def test_chat_template_wraps_each_prompt_as_a_user_turn(tiny_model_dir: Path, tm
             assert ids.count(tokenizer.tokenizer.bos_token_id) == 1  # the template's BOS is the tokenizer's
         assert len(tokenizer.tok_encode(row["prompt"])) == row["prompt_tokens"]
         if row["length"] is not None:
-            assert row["prompt_tokens"] + rag_context.MAX_NEW_TOKENS <= LENGTHS[row["length"]]
+            assert row["prompt_tokens"] + rag_context.MAX_NEW_TOKENS <= RAG_LENGTHS[row["length"]]
     with pytest.raises(UserError, match="has no chat template: drop --rag-chat-template"):
         rag_context.hf_budgeter(tiny_model_dir, chat_template=True)
 
@@ -266,6 +266,6 @@ def test_the_reproduce_command_names_the_ko_rag_options() -> None:
     from kqe.core.eval_config import EvalConfig
 
     asked = EvalConfig(rag_conditions=("retrieved", "depth"), rag_chat_template=True).command()
-    assert "--rag-conditions retrieved,depth --rag-chat-template" in asked
-    default = EvalConfig().command()
+    assert "--rag-conditions retrieved,depth --rag-lengths 1k --rag-questions 40 --rag-chat-template" in asked
+    default = EvalConfig(tasks="kmmlu,mmlu").command()
     assert "--rag-conditions" not in default and "--rag-chat-template" not in default

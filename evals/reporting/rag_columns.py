@@ -8,8 +8,8 @@ board always had), a condition's group only when some row scored that condition.
 from __future__ import annotations
 
 from evals.reporting.task_columns import ColumnDoc
-from evals.tasks.ko_rag.sweep import DEPTH_GRID, LENGTHS, RETRIEVED, open_book_labels
-from kqe.core.defaults import RAG_CONDITIONS
+from evals.tasks.ko_rag.sweep import DEPTH_GRID, RETRIEVED, open_book_labels
+from kqe.core.defaults import RAG_CONDITIONS, RAG_LENGTHS
 
 RAG = "ko_rag"
 """The group of the columns every board has."""
@@ -35,14 +35,14 @@ def _ci_low(delta: str) -> str:
 
 
 def _length_text(length: str) -> str:
-    return f"{length} ({LENGTHS[length]:,} tokens in all)"
+    return f"{length} ({RAG_LENGTHS[length]:,} tokens in all)"
 
 
 def _open_book(label: str) -> dict[str, ColumnDoc]:
     prefix, context = column_prefix(label), CONDITION_TEXT[label]
     group = RAG if label == RETRIEVED else prefix
     columns: dict[str, ColumnDoc] = {}
-    for length in LENGTHS:
+    for length in RAG_LENGTHS:
         delta = f"{prefix}_f1_delta_{length}"
         columns |= {
             f"{prefix}_f1_{length}": ColumnDoc(
@@ -82,7 +82,7 @@ def _closed_book() -> dict[str, ColumnDoc]:
             "flagged `closed_book` on their open-book items), fraction.",
         ),
     }
-    for length in LENGTHS:
+    for length in RAG_LENGTHS:
         gain, delta = f"ko_rag_gain_{length}", f"ko_rag_gain_delta_{length}"
         columns |= {
             gain: ColumnDoc(
@@ -131,7 +131,7 @@ def _columns() -> dict[str, ColumnDoc]:
             f"Share of the answerable ko_rag questions whose gold passages all reached the "
             f"{length} prompt in the retrieved condition (retrieval recall, the same for every checkpoint).",
         )
-        for length in LENGTHS
+        for length in RAG_LENGTHS
     }
     for label in labels[1:]:
         columns |= _open_book(label)

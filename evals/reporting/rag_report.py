@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from evals.reporting.leaderboard_row import LeaderboardRow
 from evals.reporting.rag_columns import CONDITION_TEXT, column_prefix
 from evals.reporting.report_text import cell
-from evals.tasks.ko_rag.sweep import LENGTHS, open_book_labels
-from kqe.core.defaults import RAG_CONDITIONS
+from evals.tasks.ko_rag.sweep import open_book_labels
+from kqe.core.defaults import RAG_CONDITIONS, RAG_LENGTHS
 from kqe.core.schemes import BASE_SCHEME
 
 HOW_TO_READ = (
@@ -103,7 +103,7 @@ def _behaviour_table(rows: Sequence[LeaderboardRow]) -> list[str]:
 
 def scored_lengths(rows: Sequence[LeaderboardRow]) -> list[str]:
     """The context lengths at which some row has a retrieved-condition ko_rag F1, shortest first."""
-    return [n for n in LENGTHS if any(_value(r, f"ko_rag_f1_{n}") is not None for r in rows)]
+    return [n for n in RAG_LENGTHS if any(_value(r, f"ko_rag_f1_{n}") is not None for r in rows)]
 
 
 def retrieved_delta(row: LeaderboardRow, length: str) -> str:

@@ -9,8 +9,8 @@ from evals.reporting.rag_columns import column_prefix as rag_prefix
 from evals.statistics.averages import Estimate, TaskSummary
 from evals.statistics.perplexity_stats import PerplexityFindings
 from evals.statistics.rag_findings import ClosedBookScores, RagFindings
-from evals.tasks.ko_rag.sweep import LENGTHS
 from evals.tasks.registry import column_prefix
+from kqe.core.defaults import RAG_LENGTHS
 
 Cells = dict[str, object]
 
@@ -82,7 +82,7 @@ def rag_cells(found: RagFindings) -> Cells:
         "ko_rag_abstain_precision": found.abstain_precision,
         "ko_rag_mc_acc": found.mc_acc,
     }
-    cells |= {f"ko_rag_recall_{length}": found.recall.get(length) for length in LENGTHS}
+    cells |= {f"ko_rag_recall_{length}": found.recall.get(length) for length in RAG_LENGTHS}
     cells["ko_rag_skipped"] = "; ".join(f"{label}: {why}" for label, why in found.skipped.items()) or None
     return cells
 

@@ -15,7 +15,8 @@ from evals.statistics.paired_means import PairedEstimate, paired_mean
 from evals.tasks.ko_rag.abstention import abstains
 from evals.tasks.ko_rag.context import ABSTAIN
 from evals.tasks.ko_rag.metrics import Grouped, answer_f1, by_coordinates, open_book_gains
-from evals.tasks.ko_rag.sweep import CLOSED_BOOK, LENGTHS, MC_TASK, RETRIEVED, TASK, coordinates
+from evals.tasks.ko_rag.sweep import CLOSED_BOOK, MC_TASK, RETRIEVED, TASK, coordinates
+from kqe.core.defaults import RAG_LENGTHS
 from kqe.core.results import ItemResult
 
 
@@ -109,7 +110,7 @@ def _closed_book(ours: Grouped, theirs: Grouped | None) -> ClosedBookScores:
     minus closed-book F1 on the same questions) with its CI, and its change against the base's."""
     closed = list(ours.get((CLOSED_BOOK, None), {}).values())
     gains: dict[str, OpenBookGain] = {}
-    for length in LENGTHS:
+    for length in RAG_LENGTHS:
         gain, clusters = open_book_gains(ours, length)
         within = _paired(gain, dict.fromkeys(gain, 0.0), clusters)
         across = _paired(gain, open_book_gains(theirs, length)[0], clusters) if theirs is not None else None
@@ -147,7 +148,9 @@ def rag_findings(
     choices = [item for item in choice_items if coordinates(item.item_id)[0] == RETRIEVED]
     return RagFindings(
         open_book={
-            (label, length): _open_book(label, length, ours, theirs) for label in labels for length in LENGTHS
+            (label, length): _open_book(label, length, ours, theirs)
+            for label in labels
+            for length in RAG_LENGTHS
         },
         closed_book=_closed_book(ours, theirs) if (CLOSED_BOOK, None) in ours else None,
         hangul=_mean([item.hangul_share for item in retrieved if item.hangul_share is not None]),

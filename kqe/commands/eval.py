@@ -148,6 +148,19 @@ from kqe.core.workspace import Workspace
     help=option_help("rag_conditions"),
 )
 @click.option(
+    "--rag-lengths",
+    default=",".join(defaults.RAG_DEFAULT_LENGTHS),
+    show_default=True,
+    help=option_help("rag_lengths"),
+)
+@click.option(
+    "--rag-questions",
+    default=defaults.RAG_DEFAULT_QUESTIONS,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help=option_help("rag_questions"),
+)
+@click.option(
     "--rag-chat-template",
     is_flag=True,
     help=option_help("rag_chat_template"),

@@ -11,7 +11,9 @@ CALIB_SAMPLES = 48
 AVX2-only CPU, where the two AWQ builds took 19.5 min each over 64 × 384 (docs/cpu.md)."""
 CALIB_SEQ_LEN = 384
 """Tokens per calibration sample."""
-TASKS = ("kmmlu", "mmlu")
+TASKS = ("kmmlu", "mmlu", "ko_rag")
+"""The default run scores letter choice on Korean and English knowledge and a slice of Korean RAG
+(RAG_DEFAULT_*): generated answers, so divergence and fidelity move where accuracy does not."""
 LIMIT = 300
 """Items per task at most."""
 CPU_PROFILE = "cpu-small"
@@ -33,6 +35,16 @@ PPL_MARGIN_PCT = 1.0
 RAG_CONDITIONS = ("retrieved", "oracle", "depth", "closed_book")
 """ko_rag's conditions, in the order they are scored and reported (`evals/tasks/ko_rag/sweep.py` says
 what each one puts in the context); `kqe eval --rag-conditions` names some of them."""
-RAG_DEFAULT_CONDITIONS = ("retrieved", "oracle", "closed_book")
-"""The oracle tells a reading loss from a retrieval miss, at the retrieved condition's cost again;
-closed-book prompts are a few dozen tokens. The depth grid costs five times the oracle: asked for."""
+RAG_DEFAULT_CONDITIONS = ("retrieved", "closed_book")
+"""The default slice: what a deployed RAG system reads, and what the checkpoint answers from memory
+(closed-book prompts are a few dozen tokens). The oracle tells a reading loss from a retrieval miss at
+the retrieved condition's cost again, the depth grid at five times that: asked for."""
+RAG_LENGTHS = {"1k": 1024, "2k": 2048, "4k": 4096, "16k": 16384}
+"""ko_rag's context lengths: label -> tokens of the whole request. Fixed, because the leaderboard has a
+column per label; `kqe eval --rag-lengths` names some of them."""
+RAG_DEFAULT_LENGTHS = ("1k",)
+"""The default slice's one length: the shortest, where the 4-bit checkpoints' reading losses already
+show (docs/performance.md#ko_rag) at a third of 4k's cost."""
+RAG_DEFAULT_QUESTIONS = 40
+"""ko_rag questions the default run draws (seeded): on gemma3-270m 40 questions resolved the 4-bit
+checkpoints' ΔF1 at 1k (a CI below 0) and keep the first run within its budget (docs/performance.md)."""

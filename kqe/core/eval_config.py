@@ -56,6 +56,17 @@ def parse_conditions(text: str, option: str = "--rag-conditions") -> tuple[str, 
     return tuple(name for name in defaults.RAG_CONDITIONS if name in named)
 
 
+def parse_lengths(text: str, option: str = "--rag-lengths") -> tuple[str, ...]:
+    """`2k,1k` -> ko_rag context lengths in `defaults.RAG_LENGTHS` order; a one-line UserError for
+    anything else."""
+    named = split_list(text)
+    unknown = [name for name in named if name not in defaults.RAG_LENGTHS]
+    if unknown or not named:
+        what = f"names unknown {', '.join(unknown)}" if unknown else "names no length"
+        raise UserError(f"{option} {text!r} {what}: give some of {','.join(defaults.RAG_LENGTHS)}")
+    return tuple(name for name in defaults.RAG_LENGTHS if name in named)
+
+
 def _comma_text(value: Any) -> Any:
     """A list given as a sequence (a config read back from run.json) as the text an option gives."""
     return ",".join(value) if isinstance(value, Sequence) and not isinstance(value, str) else value
@@ -69,6 +80,8 @@ ALWAYS_SAID = frozenset(
 )
 """Fields the reproduce command names even at their default: `kqe eval` decides the default of items,
 limit, profile and load from the model, the target and the machine; the others make it readable."""
+RAG_SAID = frozenset({"rag_conditions", "rag_lengths", "rag_questions"})
+"""Fields the reproduce command names even at their default when ko_rag is scored: the slice it drew."""
 
 
 def option_name(field: str) -> str:
@@ -108,13 +121,14 @@ class EvalConfig(Record):
     """Tokens per calibration sample."""
     tasks: tuple[str, ...] = defaults.TASKS
     """Comma-separated tasks to score: kmmlu (offline: the KMMLU-HARD dev items), kmmlu_5shot,
-    kmmlu_hard, mmlu, mmlu_5shot, ko_faq, ko_rag, or any lm-eval multiple-choice task as
-    `lm-eval:<task>` (`kqe tasks` lists them)."""
+    kmmlu_hard, mmlu, mmlu_5shot, ko_faq, ko_rag (`--rag-*` say which slice), or any lm-eval
+    multiple-choice or generation task as `lm-eval:<task>` (`kqe tasks` lists them)."""
     items: ItemChoice = ItemChoice()  # decided by evals.tasks.item_sets.choose, which also says why
     """Score KMMLU and MMLU's full test splits from the hub, or the offline sets (KMMLU-HARD dev, an
     MMLU sample)."""
     limit: int | None = defaults.LIMIT
-    """Items per task at most, subject-stratified (seeded); 0 scores every item (null in run.json)."""
+    """Items per task at most, subject-stratified (seeded); 0 scores every item (null in run.json).
+    ko_rag draws `--rag-questions` instead."""
     profile: str = defaults.CPU_PROFILE
     """Serve profile (`evals/serving/profiles.toml`): every checkpoint is scored under it, or, with
     `--target-gpu`, deployed with it (its memory columns are planned or measured under it)."""
@@ -143,6 +157,11 @@ class EvalConfig(Record):
     """ko_rag conditions, comma-separated: retrieved (BM25's passages), oracle (the gold passages
     forced in), depth (the oracle at depths 0, 1/4, 1/2, 3/4, end: 5x its cost), closed_book (no
     documents)."""
+    rag_lengths: tuple[str, ...] = defaults.RAG_DEFAULT_LENGTHS
+    """ko_rag context lengths, comma-separated, of 1k, 2k, 4k, 16k (tokens of the whole request);
+    those over the profile's max-model-len are skipped and said so."""
+    rag_questions: int | None = defaults.RAG_DEFAULT_QUESTIONS
+    """ko_rag questions drawn (seeded; 0: every question), each scored in every condition and length."""
     rag_chat_template: bool = False
     """Wrap each ko_rag prompt in the model's chat template as a user turn (instruct checkpoints)."""
     include_path: str | None = None
@@ -194,6 +213,18 @@ class EvalConfig(Record):
     def _conditions(cls, value: Any) -> tuple[str, ...]:
         return parse_conditions(_comma_text(value))
 
+    @field_validator("rag_lengths", mode="before")
+    @classmethod
+    def _lengths(cls, value: Any) -> tuple[str, ...]:
+        return parse_lengths(_comma_text(value))
+
+    @field_validator("rag_questions")
+    @classmethod
+    def _every_question(cls, value: int | None) -> int | None:
+        if value is not None and value < 0:
+            raise UserError(f"--rag-questions {value} is negative: give a count, or 0 for every question")
+        return value or None  # 0, as --limit 0: every question
+
     @field_validator(
         "target_gpu", "score_profile", "rag_data", "include_path", "recipes", "run", mode="before"
     )
@@ -215,7 +246,8 @@ class EvalConfig(Record):
         words = ["kqe", "eval"]
         for name, field in type(self).model_fields.items():
             value = getattr(self, name)
-            if name in ALWAYS_SAID or value != field.default:
+            said = name in ALWAYS_SAID or (name in RAG_SAID and "ko_rag" in self.tasks)
+            if said or value != field.default:
                 words += _option_words(name, value)
         return shlex.join(words)
 
@@ -226,7 +258,7 @@ def _option_words(field: str, value: Any) -> list[str]:
         return ["--online" if value.online else "--offline"]
     if isinstance(value, bool):  # only load has a --no- form, and only it is said when off
         return [option_name(field) if value else option_name(field).replace("--", "--no-", 1)]
-    if field == "limit":
+    if field in ("limit", "rag_questions"):
         return [option_name(field), str(value or 0)]  # 0: every item
     if isinstance(value, tuple):
         return [option_name(field), ",".join(value)]

@@ -188,8 +188,8 @@ def prepare_matrix(cfg: EvalConfig, ws: Workspace, progress: Progress) -> RunMat
         rag_dir = Path(cfg.rag_data) if cfg.rag_data else None
         scored = [p.score.profile.max_model_len for p in plan.placement.checkpoints if p.score]
         longest = min(scored, default=plan.profile.max_model_len)  # every placement must hold every context
-        options = rag_task.RagOptions(cfg.rag_conditions, cfg.rag_chat_template)
-        rag = rag_task.prepared(ws, base.folder, longest, cfg.limit, cfg.seed, rag_dir, options)
+        options = rag_task.RagOptions(cfg.rag_conditions, cfg.rag_lengths, cfg.rag_chat_template)
+        rag = rag_task.prepared(ws, base.folder, longest, cfg.rag_questions, cfg.seed, rag_dir, options)
         task_prompts[rag_task.MC_TASK] = rag.choices
     calibs = {}
     # windows sharing a 13-gram with any knowledge item scored in this run are left out of every set;

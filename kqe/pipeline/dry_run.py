@@ -16,6 +16,8 @@ from pydantic import ValidationError
 from evals.planning.placement import Placement
 from evals.statistics import resolution
 from evals.tasks import item_sets, prompts
+from evals.tasks.ko_rag.sweep import CLOSED_BOOK
+from evals.tasks.ko_rag.sweep import TASK as RAG_TASK
 from evals.tasks.registry import TASK_SPECS
 from kqe.core.eval_config import EvalConfig
 from kqe.core.results import ScoreRun
@@ -66,13 +68,37 @@ def _items(cfg: EvalConfig, ws: Workspace) -> dict[str, Any]:
         }
         for task, source in sources.items()
     ]
+    lines = item_sets.announce(ws, list(cfg.tasks), cfg.items, cfg.limit, resolution.unresolved)
+    rag = _rag_slice(cfg) if RAG_TASK in cfg.tasks else None
     return {
         "online": cfg.items.online,
         "why": cfg.items.why,
         "limit": cfg.limit,
         "tasks": tasks,
-        "lines": item_sets.announce(ws, list(cfg.tasks), cfg.items, cfg.limit, resolution.unresolved),
+        "ko_rag": rag,
+        "lines": lines[: len(tasks)] + ([_rag_line(rag)] if rag else []) + lines[len(tasks) :],
     }
+
+
+def _rag_slice(cfg: EvalConfig) -> dict[str, Any]:
+    """The ko_rag slice asked for: its items are cut to the base's tokenizer when the run prepares them."""
+    return {
+        "questions": cfg.rag_questions,
+        "conditions": list(cfg.rag_conditions),
+        "lengths": list(cfg.rag_lengths),
+        "data": cfg.rag_data,
+    }
+
+
+def _rag_line(rag: dict[str, Any]) -> str:
+    questions = f"{rag['questions']} questions (seeded)" if rag["questions"] else "every question"
+    open_book = [name for name in rag["conditions"] if name != CLOSED_BOOK]
+    where = f"{', '.join(open_book)} at {', '.join(rag['lengths'])}" if open_book else ""
+    once = "closed-book once per question" if CLOSED_BOOK in rag["conditions"] else ""
+    return (
+        f"ko_rag: {questions} of {rag['data'] or 'the built-in set'}, "
+        f"{'; '.join(part for part in (where, once) if part)}: a generated answer and a letter choice each"
+    )
 
 
 def _checkpoint(placement: Placement, mix: str | None, stages: Path, items: int | None) -> dict[str, Any]:

@@ -9,7 +9,7 @@ Where the rows come from, first match wins:
   lengths fit. Metadata `ko_rag_max_length` caps it, `ko_rag_data` points at a folder with your own
   docs.jsonl + questions.jsonl, `ko_rag_limit` samples questions, `ko_rag_seed` seeds it (default 1234),
   `ko_rag_conditions` names the conditions (`retrieved,oracle,depth,closed_book`; default
-  `retrieved,oracle,closed_book`), `ko_rag_chat_template: true` wraps each prompt in the model's chat
+  `retrieved,closed_book`), `ko_rag_chat_template: true` wraps each prompt in the model's chat
   template (instruct checkpoints).
   The built-in documents need the offline sources: run `make setup` first.
 """
@@ -62,7 +62,7 @@ def _rag_options(options: dict[str, Any]) -> Any:
     named = options.get("ko_rag_conditions")
     conditions = parse_conditions(str(named), "ko_rag_conditions") if named else RAG_DEFAULT_CONDITIONS
     chat = str(options.get("ko_rag_chat_template", "")).lower() in ("1", "true", "yes")
-    return RagOptions(conditions, chat)
+    return RagOptions(conditions, chat_template=chat)
 
 
 def data_folder(options: dict[str, Any]) -> Path:

@@ -28,7 +28,6 @@ from evals.tasks.ko_rag.questions import Question
 from evals.tasks.ko_rag.source import RagSource, cluster_of, sample_questions
 from evals.tasks.ko_rag.sweep import (
     CLOSED_BOOK,
-    LENGTHS,
     MC_TASK,
     ORACLE,
     RETRIEVED,
@@ -37,7 +36,7 @@ from evals.tasks.ko_rag.sweep import (
     open_book_labels,
 )
 from kqe.core.chat import Framing
-from kqe.core.defaults import RAG_CONDITIONS, RAG_DEFAULT_CONDITIONS
+from kqe.core.defaults import RAG_CONDITIONS, RAG_DEFAULT_CONDITIONS, RAG_LENGTHS
 from kqe.core.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -152,7 +151,7 @@ def open_book_rows(
 
 
 def fitting_lengths(
-    max_model_len: int, lengths: dict[str, int] = LENGTHS
+    max_model_len: int, lengths: dict[str, int] = RAG_LENGTHS
 ) -> tuple[dict[str, int], dict[str, str]]:
     """(scored, skipped): the lengths whose whole request fits max-model-len, and why the others do not."""
     scored = {label: n for label, n in lengths.items() if n <= max_model_len}
@@ -169,15 +168,17 @@ def build_rows(
     limit: int | None,
     seed: int,
     conditions: tuple[str, ...] = RAG_DEFAULT_CONDITIONS,
+    lengths: dict[str, int] = RAG_LENGTHS,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Rows of every sampled question in every condition at every fitting length (closed-book first,
-    then length-major, condition by condition), and a manifest."""
-    scored, skipped = fitting_lengths(max_model_len)
+    """Rows of every sampled question in every condition at each of `lengths` that fits (closed-book
+    first, then length-major, condition by condition), and a manifest."""
+    scored, skipped = fitting_lengths(max_model_len, lengths)
     if not scored:
         raise UserError(
-            f"max-model-len {max_model_len} holds none of the ko_rag lengths {', '.join(LENGTHS)}: "
-            "serve with a profile whose max_model_len is at least 1024"
+            f"max-model-len {max_model_len} holds none of the ko_rag lengths {', '.join(lengths)}: "
+            f"serve with a profile whose max_model_len is at least {min(lengths.values())}, "
+            "or ask for a shorter length (--rag-lengths 1k)"
         )
     questions = sample_questions(source.questions, limit, seed)
     retriever = rag_retrieval.Retriever(source.passages)

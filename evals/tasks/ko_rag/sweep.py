@@ -18,8 +18,6 @@ from kqe.core.defaults import RAG_CONDITIONS
 
 TASK = "ko_rag"
 MC_TASK = "ko_rag_mc"
-LENGTHS = {"1k": 1024, "2k": 2048, "4k": 4096, "16k": 16384}
-"""The sweep: label -> tokens of the whole request. Fixed, because the leaderboard has a column per label."""
 RETRIEVED, ORACLE, DEPTH, CLOSED_BOOK = RAG_CONDITIONS
 DEPTH_GRID = {"depth0": 0.0, "depth25": 0.25, "depth50": 0.5, "depth75": 0.75, "depth100": 1.0}
 """Label -> where the `depth` condition puts the gold block: share of the distractor tokens before it."""

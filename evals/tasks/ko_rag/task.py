@@ -34,7 +34,7 @@ from evals.tasks.ko_rag.source import load_source
 from evals.tasks.ko_rag.sweep import MC_TASK, TASK
 from evals.tasks.prompt_tokens import prompt_sha
 from evals.tasks.prompts import PromptItem
-from kqe.core.defaults import RAG_DEFAULT_CONDITIONS
+from kqe.core.defaults import RAG_DEFAULT_CONDITIONS, RAG_LENGTHS
 from kqe.core.errors import UserError
 from kqe.core.io import sha256_file, write_atomic
 from kqe.core.records import content_hash
@@ -51,10 +51,12 @@ MANIFEST_FILE = "ko_rag.source.json"
 
 @dataclass(frozen=True)
 class RagOptions:
-    """How a run asks for ko_rag: which conditions, and whether prompts are chat turns."""
+    """How a run asks for ko_rag: which conditions at which lengths, and whether prompts are chat turns."""
 
     conditions: tuple[str, ...] = RAG_DEFAULT_CONDITIONS
     """Conditions scored (`kqe.core.defaults.RAG_CONDITIONS`)."""
+    lengths: tuple[str, ...] = tuple(RAG_LENGTHS)
+    """Context lengths scored (`kqe.core.defaults.RAG_LENGTHS` labels); those over max-model-len skipped."""
     chat_template: bool = False
     """Each prompt wrapped as the user turn of the model's chat template (instruct checkpoints)."""
 
@@ -92,6 +94,7 @@ def prepare_ko_rag(
             "tokenizer": _tokenizer_identity(tokenizer_dir),
             "max_model_len": max_model_len,
             "conditions": list(options.conditions),
+            "lengths": list(options.lengths),
             "chat_template": options.chat_template,
         }
     )
@@ -100,7 +103,8 @@ def prepare_ko_rag(
     if rows_path.is_file() and manifest_path.is_file():
         return out
     budgeter = hf_budgeter(tokenizer_dir, options.chat_template)
-    rows, manifest = build_rows(source, budgeter, max_model_len, limit, seed, options.conditions)
+    lengths = {label: RAG_LENGTHS[label] for label in options.lengths}
+    rows, manifest = build_rows(source, budgeter, max_model_len, limit, seed, options.conditions, lengths)
     write_atomic(manifest_path, json.dumps(manifest, ensure_ascii=False, indent=2) + "\n")
     write_atomic(rows_path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
     log.info("ko_rag: %d items (%s) -> %s", len(rows), ", ".join(manifest["lengths"]), rows_path)
