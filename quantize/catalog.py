@@ -51,8 +51,9 @@ class SourceSpec(BaseModel):
     holdout: bool = False
     """Reserved for perplexity: never used for calibration."""
     text_set: str | None = None
-    """Held-out sources: the perplexity text set they belong to (default: their language). Sets
-    `faq_ko` and `faq_en` are parallel: the same sections in two languages, scored whole."""
+    """Held-out sources: the perplexity text set they belong to (default: their language). The sets
+    of a parallel pair (`faq_ko` / `faq_en`, `lo_ko` / `lo_en`: `PARALLEL_TEXT_SETS`) hold the same
+    documents in two languages, scored whole."""
     sections: str | None = None
     """Held-out sources: regex of the line that starts each document (its first group names it);
     default one document per file. Documents are what the perplexity bootstrap resamples."""

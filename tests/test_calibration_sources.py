@@ -9,6 +9,7 @@ import pytest
 from kqe.core.errors import UserError
 from kqe.core.workspace import Workspace
 from quantize.catalog import (
+    SourceSpec,
     check_holdout_unused,
     default_sources,
     holdout_documents,
@@ -17,7 +18,7 @@ from quantize.catalog import (
     named_sources,
     read_sources,
 )
-from tests.helpers.prose import english_prose
+from tests.helpers.prose import english_prose, korean_prose
 from tests.helpers.sources import write_source
 
 BOTCHAN = (
@@ -169,3 +170,32 @@ def test_a_section_pattern_that_is_not_a_regex_is_one_line(tmp_path: Path) -> No
     )
     with pytest.raises(UserError, match=r"source held: sections: '\^\(\\\\d\+' is not a regex .*: fix it"):
         load_catalog(toml)
+
+
+def test_the_help_pages_are_parallel_held_out_sets_one_document_per_page(workspace: Workspace) -> None:
+    pages = {
+        name: (korean_prose(n, 3), english_prose(n, 3)) for n, name in enumerate(("sdraw.a", "shared.b"))
+    }
+    for name, (ko, en) in pages.items():
+        write_source(workspace, f"lo-help/ko/{name}.txt", ko + "\n")
+        write_source(workspace, f"lo-help/en/{name}.txt", en + "\n")
+    catalog = load_catalog()
+    help_sets = [s for s in catalog if s.name.startswith("lo-help")]
+    assert help_sets and all(s.holdout for s in help_sets)
+    assert not set(help_sets) & set(default_sources(catalog)), "never a calibration default"
+    documents = holdout_documents(workspace, help_sets)
+    assert list(documents) == ["lo_en", "lo_ko"]
+    assert list(documents["lo_ko"]) == list(documents["lo_en"]) == list(pages), "the same pages, by name"
+    assert documents["lo_ko"]["shared.b"] == pages["shared.b"][0] + "\n"
+    with pytest.raises(UserError, match="held out for perplexity"):
+        named_sources(["lo-help-ko"], catalog)
+
+
+def test_calibration_text_holding_a_help_paragraph_is_refused(workspace: Workspace) -> None:
+    page = korean_prose(7, 3)
+    write_source(workspace, "lo-help/ko/shared.c.txt", page + "\n")
+    write_source(workspace, "ko/law.txt", korean_prose(8, 4) + "\n\n" + page.split("\n\n")[1] + "\n")
+    law = SourceSpec(name="law", lang="ko", glob="ko/law.txt", origin="test")
+    help_sets = [s for s in load_catalog() if s.name.startswith("lo-help")]
+    with pytest.raises(UserError, match=r"calibration source 'law' holds held-out text"):
+        check_holdout_unused(workspace, read_sources(workspace, [law]), help_sets)

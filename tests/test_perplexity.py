@@ -121,12 +121,12 @@ class CharTokenizer:
 
 
 def test_a_sets_budget_is_split_over_its_documents_in_whole_windows_but_parallel_sets_are_whole() -> None:
-    documents = {"ko": {"a": "x" * 50, "b": "y" * 10}, "faq_ko": {"13.1": "z" * 50}}
+    documents = {"ko": {"a": "x" * 50, "b": "y" * 10}, "faq_ko": {"13.1": "z" * 50}, "lo_en": {"p": "w" * 40}}
     windows = document_windows(CharTokenizer(), documents, window_tokens=8, max_tokens=30)
     keys = {(w.text_set, w.document) for w in windows}
     scored = {key: sum(len(w.ids) - 1 for w in windows if (w.text_set, w.document) == key) for key in keys}
     # 30 tokens over 2 documents: 15 each, in whole windows of 7 → 14; a short document keeps all it has
-    assert scored == {("ko", "a"): 14, ("ko", "b"): 10, ("faq_ko", "13.1"): 50}
+    assert scored == {("ko", "a"): 14, ("ko", "b"): 10, ("faq_ko", "13.1"): 50, ("lo_en", "p"): 40}
     assert all(w.ids[0] == 1 and len(w.ids) <= 8 for w in windows)
 
 

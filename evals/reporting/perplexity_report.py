@@ -4,15 +4,21 @@ CI and verdict, the calibration effect on perplexity, and the Korean − English
 from __future__ import annotations
 
 from evals.reporting.p_values import format_p
-from kqe.core.results import PerplexityComparison, RunSummary
+from kqe.core.results import PerplexityComparison, PerplexityGap, RunSummary
 
 TEXT_SETS = {
     "ko": "Korean (bills)",
     "en": "English (Botchan)",
     "faq_ko": "Debian FAQ ch. 13–14, Korean",
     "faq_en": "the same, English",
+    "lo_ko": "LibreOffice help pages, Korean",
+    "lo_en": "the same paragraphs, English",
 }
 """Held-out text sets in report order, with what they are."""
+KOREAN_IN_WORDS = {"ko": "Korean perplexity", "lo_ko": "Korean perplexity on the help pages"}
+"""The Korean text sets the section states in words first."""
+GAP_CONTENT = {"faq_ko": "Debian FAQ ch. 13–14, by section", "lo_ko": "LibreOffice help, by page"}
+"""What each parallel pair holds in both languages, by its Korean set."""
 
 
 def _ci(c: PerplexityComparison) -> str:
@@ -62,12 +68,12 @@ def perplexity_section(run: RunSummary | None, base: str) -> list[str]:
     lines = [
         "Perplexity on held-out text (never in a calibration set), per token of the model's tokenizer; "
         "Δ against the base on the same windows. The CI resamples whole documents (bills, chapters, "
-        "FAQ sections) with both checkpoints paired; p takes the same documents as its units (an exact "
-        "sign-flip test up to 12 of them, which no p below 2^(1−K) can come from, else t with K−1 "
-        "degrees of freedom); "
+        "FAQ sections, help pages) with both checkpoints paired; p takes the same documents as its "
+        "units (an exact sign-flip test up to 12 of them, which no p below 2^(1−K) can come from, "
+        "else t with K−1 degrees of freedom); "
         f"verdicts judge against a +{margin:g}% margin.",
         "",
-        *[_in_words(c, "Korean perplexity") for c in vs_base if c.text_set == "ko"],
+        *[_in_words(c, KOREAN_IN_WORDS[c.text_set]) for c in vs_base if c.text_set in KOREAN_IN_WORDS],
         *[
             _in_words(c, "Korean calibration moved Korean perplexity by")
             for c in vs_control
@@ -85,17 +91,21 @@ def perplexity_section(run: RunSummary | None, base: str) -> list[str]:
             *_table(vs_control, "control"),
         ]
     if run and run.perplexity_gaps:
-        lines += [
-            "",
-            "Korean − English perplexity change on the same content (the Debian FAQ's chapters 13–14 in "
-            "both languages, sections resampled together; positive: Korean lost more):",
-            "",
-            "| checkpoint | Δ Korean | Δ English | gap, points [95% CI] | sections |",
-            "|---|---|---|---|---|",
-            *[
-                f"| {g.candidate} | {g.delta_ko_pct:+.1f}% | {g.delta_en_pct:+.1f}% | "
-                f"{g.gap_pct:+.1f} [{g.ci_low:+.1f}, {g.ci_high:+.1f}] | {len(g.documents)} |"
-                for g in run.perplexity_gaps
-            ],
-        ]
+        lines += ["", *_gap_table(run.perplexity_gaps)]
     return lines
+
+
+def _gap_table(gaps: list[PerplexityGap]) -> list[str]:
+    return [
+        "Korean − English perplexity change on the same content (each parallel pair holds the same "
+        "documents in both languages, resampled together; positive: Korean lost more):",
+        "",
+        "| checkpoint | content | Δ Korean | Δ English | gap, points [95% CI] | documents |",
+        "|---|---|---|---|---|---|",
+        *[
+            f"| {g.candidate} | {GAP_CONTENT.get(g.korean, g.korean)} | {g.delta_ko_pct:+.1f}% | "
+            f"{g.delta_en_pct:+.1f}% | {g.gap_pct:+.1f} [{g.ci_low:+.1f}, {g.ci_high:+.1f}] | "
+            f"{len(g.documents)} |"
+            for g in gaps
+        ],
+    ]

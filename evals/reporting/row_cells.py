@@ -10,7 +10,7 @@ from evals.statistics.averages import Estimate, TaskSummary
 from evals.statistics.perplexity_stats import PerplexityFindings
 from evals.statistics.rag_findings import ClosedBookScores, RagFindings
 from evals.tasks.registry import column_prefix
-from kqe.core.defaults import RAG_LENGTHS
+from kqe.core.defaults import PARALLEL_TEXT_SETS, RAG_LENGTHS
 
 Cells = dict[str, object]
 
@@ -42,28 +42,38 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
+PPL_TEXT_SETS = ("ko", "en", "lo_ko", "lo_en")
+"""Held-out text sets with perplexity columns of their own (`ppl_<set>`, its Δ, CI and verdict)."""
+
+
 def perplexity_cells(found: PerplexityFindings) -> Cells:
-    """The `# perplexity columns`: per language the perplexity and its Δ% against the base with CI and
-    verdict, the Korean calibration effect and the FAQ's KO−EN gap."""
+    """The `# perplexity columns`: per text set the perplexity and its Δ% against the base with CI and
+    verdict, the Korean calibration effect and each parallel pair's KO−EN gap."""
     cells: Cells = {}
-    for lang in ("ko", "en"):
-        c = found.vs_base.get(lang)
+    for text_set in PPL_TEXT_SETS:
+        c = found.vs_base.get(text_set)
+        measured = found.measured.perplexity.get(text_set) if found.measured is not None else None
         cells |= {
-            f"ppl_{lang}": found.measured.perplexity.get(lang) if found.measured is not None else None,
-            f"ppl_{lang}_delta_pct": found.delta_pct.get(lang),
-            f"ppl_{lang}_delta_pct_ci_low": None if c is None else round(c.ci_low_pct, 3),
-            f"ppl_{lang}_delta_pct_ci_high": None if c is None else round(c.ci_high_pct, 3),
-            f"ppl_{lang}_verdict": None if c is None else c.verdict,
+            f"ppl_{text_set}": measured,
+            f"ppl_{text_set}_delta_pct": found.delta_pct.get(text_set),
+            f"ppl_{text_set}_delta_pct_ci_low": None if c is None else round(c.ci_low_pct, 3),
+            f"ppl_{text_set}_delta_pct_ci_high": None if c is None else round(c.ci_high_pct, 3),
+            f"ppl_{text_set}_verdict": None if c is None else c.verdict,
         }
-    effect, gap = found.vs_control.get("ko"), found.gap
-    return cells | {
+    effect = found.vs_control.get("ko")
+    cells |= {
         "ppl_ko_calib_effect_pct": _rounded(effect.delta_pct if effect else None),
         "ppl_ko_calib_effect_ci_low": _rounded(effect.ci_low_pct if effect else None),
         "ppl_ko_calib_effect_ci_high": _rounded(effect.ci_high_pct if effect else None),
-        "ppl_faq_gap_pct": _rounded(gap.gap_pct if gap else None),
-        "ppl_faq_gap_ci_low": _rounded(gap.ci_low if gap else None),
-        "ppl_faq_gap_ci_high": _rounded(gap.ci_high if gap else None),
     }
+    for name in PARALLEL_TEXT_SETS:
+        gap = found.gaps.get(name)
+        cells |= {
+            f"ppl_{name}_gap_pct": _rounded(gap.gap_pct if gap else None),
+            f"ppl_{name}_gap_ci_low": _rounded(gap.ci_low if gap else None),
+            f"ppl_{name}_gap_ci_high": _rounded(gap.ci_high if gap else None),
+        }
+    return cells
 
 
 def rag_cells(found: RagFindings) -> Cells:

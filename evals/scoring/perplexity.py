@@ -108,13 +108,14 @@ def document_windows(
     over its documents (whole windows each, so every document is represented); the parallel sets
     are scored whole, or their two languages would stop at different content."""
     prefix = _bos_prefix(tokenizer)
+    parallel = {name for pair in PARALLEL_TEXT_SETS.values() for name in pair}
     payload = window_tokens - len(prefix)
     found = []
     for text_set, docs in documents.items():
         per_doc = max(1, max_tokens // max(len(docs), 1) // payload) * payload
         for name, text in docs.items():
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-            ids = ids if text_set in PARALLEL_TEXT_SETS else ids[:per_doc]
+            ids = ids if text_set in parallel else ids[:per_doc]
             found += [Window(text_set, name, w) for w in token_windows(ids, prefix, window_tokens)]
     return found
 

@@ -222,8 +222,9 @@ class PerplexityFindings:
     """Text set → paired comparison with the base (empty on the base row)."""
     vs_control: dict[str, PerplexityComparison]
     """Text set → paired comparison with the calibration control: the calibration effect."""
-    gap: PerplexityGap | None
-    """Korean − English change against the base on the parallel FAQ sections."""
+    gaps: dict[str, PerplexityGap]
+    """Parallel pair name (`faq`, `lo`: `PARALLEL_TEXT_SETS`) → the Korean − English change against
+    the base on its documents, where both languages were paired (empty on the base row)."""
 
     @property
     def comparisons(self) -> list[PerplexityComparison]:
@@ -252,15 +253,16 @@ def perplexity_findings(
     margin_pct: float = PPL_MARGIN_PCT,
 ) -> PerplexityFindings:
     """A checkpoint's perplexity, its change against the base and the calibration control with CIs and
-    verdicts, and the KO−EN gap (empty on the base row or without paired windows)."""
+    verdicts, and the KO−EN gap of each parallel pair (empty on the base row or without paired windows)."""
     vs_base: dict[str, PerplexityComparison] = {}
     vs_control: dict[str, PerplexityComparison] = {}
-    gap = None
+    gaps: dict[str, PerplexityGap] = {}
     if ckpt is not None and base is not None and base.checkpoint != ckpt.checkpoint:
         found = {s: compare_perplexity(base, ckpt, s, margin_pct) for s in ckpt.windows}
         vs_base = {s: c for s, c in found.items() if c is not None}
-        gap = parallel_gap(base, ckpt, *PARALLEL_TEXT_SETS)
+        found_gaps = {name: parallel_gap(base, ckpt, *pair) for name, pair in PARALLEL_TEXT_SETS.items()}
+        gaps = {name: gap for name, gap in found_gaps.items() if gap is not None}
     if ckpt is not None and control is not None:
         found = {s: compare_perplexity(control, ckpt, s, margin_pct) for s in ckpt.windows}
         vs_control = {s: c for s, c in found.items() if c is not None}
-    return PerplexityFindings(ckpt, relative_change(ckpt, base), vs_base, vs_control, gap)
+    return PerplexityFindings(ckpt, relative_change(ckpt, base), vs_base, vs_control, gaps)

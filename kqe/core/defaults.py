@@ -24,9 +24,11 @@ CONCURRENCY = 8
 LOAD_DURATION_S = 30.0
 EXECUTORS = ("local", "ray")
 """Where `kqe eval` evaluates checkpoints (`kqe.pipeline.executors`); the first is the default."""
-PARALLEL_TEXT_SETS = ("faq_ko", "faq_en")
-"""Held-out perplexity text sets holding the same documents in Korean and English (the Debian FAQ's
-chapters 13–14, `calibration_data/sources.toml`): scored whole, paired section by section."""
+PARALLEL_TEXT_SETS = {"faq": ("faq_ko", "faq_en"), "lo": ("lo_ko", "lo_en")}
+"""Name → (Korean, English) held-out perplexity text sets holding the same documents in both languages
+(`calibration_data/sources.toml`): the Debian FAQ's chapters 13–14 section by section, LibreOffice's
+help page by page. Scored whole, so both languages stop at the same content; the name is the
+`ppl_<name>_gap_pct` column's."""
 MULTIPLICITY = ("holm-per-checkpoint", "holm", "bh")
 """How accuracy p-values are adjusted for many tests (`kqe eval --multiplicity`); the first is the
 default: Holm across one checkpoint's tasks; `holm` / `bh` across every checkpoint × task of the run."""

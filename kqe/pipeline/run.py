@@ -80,7 +80,7 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress, executor: Execu
         comparisons += [*result.tasks.vs_base.values(), *result.tasks.vs_control.values()]
         if result.perplexity is not None:
             perplexity += result.perplexity.comparisons
-            gaps += [result.perplexity.gap] if result.perplexity.gap else []
+            gaps += result.perplexity.gaps.values()
         if result.capacity is not None:
             capacity[name] = result.capacity
     if all(outcome.checkpoint is None for outcome in outcomes.values()):

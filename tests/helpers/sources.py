@@ -15,8 +15,8 @@ HOLDOUT_MARK = "보류문장"
 
 def write_offline_sources(root: Path) -> None:
     """A file of varied text at every offline path of the repo's `sources.toml` (no repeats for the
-    deduplication to remove), Botchan and the FAQs with their chapter markers: the layout `make setup`
-    writes."""
+    deduplication to remove), Botchan and the FAQs with their chapter markers, three help pages in
+    both languages: the layout `make setup` writes."""
     files = {
         "ko/constitution.txt": korean_prose(10, 20),
         **{f"ko/bills/180989{n}.txt": korean_prose(20 + n, 6) for n in range(10)},
@@ -28,6 +28,8 @@ def write_offline_sources(root: Path) -> None:
         "en/debian-faq/debian-faq.en.txt": f"Chapter 12. Support\n\n{english_prose(50, 30)}\n\n"
         f"Chapter 13. Giving\n\n13.1. How?\n\n{english_prose(51, 3)}\n\nChapter 14. Selling\n\n"
         f"14.1. Sell?\n\n{english_prose(52, 3)}\n\nChapter 15. Changes\n",
+        **{f"lo-help/ko/shared.guide.page{n}.txt": korean_prose(60 + n, 2) + "\n" for n in range(3)},
+        **{f"lo-help/en/shared.guide.page{n}.txt": english_prose(60 + n, 2) + "\n" for n in range(3)},
     }
     for relative, text in files.items():
         path = root / relative
