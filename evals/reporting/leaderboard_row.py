@@ -26,14 +26,16 @@ from evals.reporting.task_columns import (
 from evals.tasks.registry import COLUMN_SPECS
 from kqe.core.records import Record
 
-LEADERBOARD_SCHEMA_VERSION = 7
+LEADERBOARD_SCHEMA_VERSION = 8
 """Version of the leaderboard's columns (`schema_version`), bumped when a column is added or changes: 4
 target/placement; 5 perplexity CIs, verdicts, calibration effect, KO−EN gap; 6 ko_rag answerable F1/EM
 and abstain precision, lmeval_*, faq_*, ko_en_gap_pairing, load_* by `vllm bench serve`; 7 ko_rag per
 condition (oracle, depth grid, closed-book gain), retrieval recall, ko_rag_hangul/abstain/mc on the
-retrieved condition alone (older boards averaged every item they had, all retrieved then). A registry
+retrieved condition alone (older boards averaged every item they had, all retrieved then); 8 per task
+the top choice and its share (answer collapse, also in the verdict) and the letter-debiased accuracy
+with its Δ and CI (older boards read them as empty). A registry
 task with a new column prefix (mmmlu_*, belebele_*) adds columns only to the runs that score it: no bump."""
-READABLE_SCHEMA_VERSIONS = (3, 4, 5, 6, 7)
+READABLE_SCHEMA_VERSIONS = (3, 4, 5, 6, 7, 8)
 """Versions this suite reads: an older board's missing columns (all optional) read as empty."""
 
 
