@@ -178,7 +178,7 @@ def _name_points(
             textcoords="offset points",
             xytext=(0, 4) if what else (-5, 0),
             ha="left" if what else "right",
-            va="bottom" if what else "center",
+            va="bottom" if what else "baseline",
             fontsize=8,
             bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8},
         )
