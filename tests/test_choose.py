@@ -287,3 +287,18 @@ def test_a_gpu_count_the_model_cannot_split_into_is_one_line(board_csv: Path) ->
     assert_one_line_error(
         CliRunner().invoke(choose_command, args), "tensor-parallel-size 3", "valid sizes are 1, 2, 4, 8"
     )
+
+
+def test_a_collapsed_checkpoint_is_never_chosen_for_that_task() -> None:
+    """AWQ answers A on every KMMLU item: its +4.4 points, CI above the budget, is letter preference."""
+    collapsed = "collapsed: picks A on 100% of items"
+    awq = row("awq-w4a16", "awq-w4a16", 0.044, 0.001, 0.087, kmmlu_verdict=collapsed)
+    rows = [board()[0], awq, board()[2]]
+    result = choose(rows, target(), "kmmlu", max_loss=1.0, min_concurrency=2)  # only AWQ has the room
+    assert result.chosen is None
+    judged = next(c for c in result.candidates if c.checkpoint == "awq-w4a16")
+    assert judged.memory_ok and not judged.quality_ok
+    assert judged.reasons == [f"KMMLU answers {collapsed}: its Δ is letter preference"]
+    assert not any("admits awq-w4a16" in line for line in result.would_qualify)  # no budget admits it
+    on_mmlu = choose(rows, target(), "mmlu", max_loss=1.0, min_concurrency=2)  # it did not collapse there
+    assert on_mmlu.chosen is not None and on_mmlu.chosen.checkpoint == "awq-w4a16"

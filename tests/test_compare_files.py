@@ -117,6 +117,25 @@ def test_kqe_compare_json_has_every_documented_key(tmp_path: Path) -> None:
     assert report["mmlu"]["verdict"] in text.output
 
 
+def test_kqe_compare_names_a_collapse_and_prints_the_debiased_delta(tmp_path: Path) -> None:
+    """The candidate is the base with +3 nats on A: every answer A, the same beliefs otherwise."""
+    rng = np.random.default_rng(7)
+    rows: dict[str, list[dict]] = {"base": [], "cand": []}
+    for i in range(200):
+        gold, lp = i % 4, rng.normal(-5.0, 1.0, 4)
+        lp[gold] += 1.0
+        for side, shift in (("base", 0.0), ("cand", 30.0)):
+            logprobs = [float(lp[0] + shift), *map(float, lp[1:])]
+            correct = int(np.argmax(logprobs)) == gold
+            item = {"task": "t", "item_id": f"t/{i}", "subject": f"s{i % 20}", "correct": correct}
+            rows[side].append(item | {"gold": gold, "choice_logprobs": logprobs})
+    base, cand = (write_jsonl(tmp_path / f"{side}.jsonl", rows[side]) for side in ("base", "cand"))
+    text = CliRunner().invoke(main, ["compare", str(base), str(cand)])
+    assert text.exit_code == 0, text.output
+    assert "=> collapsed: picks A on 100% of items" in text.output
+    assert "t letter-debiased: acc" in text.output and "Δ +0.0 pts" in text.output
+
+
 def test_leaderboard_carries_the_new_cells(tmp_path: Path) -> None:
     ko_base, ko_cand = flips(50, 5, 4, 20, task="kmmlu_hard")
     en_base, en_cand = flips(60, 3, 3, 30, task="mmlu")

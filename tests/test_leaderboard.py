@@ -28,7 +28,7 @@ from evals.serving.serve import load_profile
 from evals.tasks.registry import COLUMN_SPECS
 from kqe.core.errors import UserError
 from kqe.core.records import Checkpoint, MemoryReport
-from kqe.core.results import Comparison, ScoreRun
+from kqe.core.results import ChoiceProfile, Comparison, ScoreRun
 
 
 def checkpoint(name: str = "awq-w4a16") -> Checkpoint:
@@ -256,3 +256,32 @@ def test_aggregate_holds_every_model_of_this_schema(tmp_path: Path) -> None:
 
     assert aggregate == tmp_path / "leaderboard.csv"
     assert len(read_leaderboard(aggregate)) == 3
+
+
+def test_a_collapsed_task_carries_its_choice_columns_debiased_delta_and_verdict(tmp_path: Path) -> None:
+    collapsed = "collapsed: picks A on 100% of items"
+    comparison = _SAMPLE_COMPARISON.model_copy(
+        update={
+            "verdict": collapsed,
+            "collapse": collapsed,
+            "delta_debiased": -0.01,
+            "delta_debiased_ci_low": -0.05,
+            "delta_debiased_ci_high": 0.03,
+        }
+    )
+    profile = ChoiceProfile(
+        checkpoint="awq-w4a16", task="mmlu", counts=[10, 0, 0, 0], top_choice="A", top_share=1.0,
+        acc_debiased=0.3, debias_folds=5,
+    )  # fmt: skip
+    outcome = CheckpointOutcome(
+        "tiny", "awq-w4a16", "awq-w4a16", "ko70", "ok", checkpoint(), runs={"mmlu": _SAMPLE_RUN}
+    )
+    tasks = TaskFindings(vs_base={"mmlu": comparison}, choices={"mmlu": profile})
+    built = build_row(CheckpointResult(outcome, load_profile("cpu-ci"), "kqe eval", tasks=tasks))
+    path = tmp_path / "leaderboard.csv"
+    write_leaderboard(path, [built])
+    [row] = read_leaderboard(path)
+    assert (row.mmlu_verdict, row.mmlu_top_choice, row.mmlu_top_choice_share) == (collapsed, "A", 1.0)
+    assert (row.mmlu_acc_debiased, row.mmlu_acc_debiased_delta) == (0.3, -0.01)
+    assert (row.mmlu_acc_debiased_ci_low, row.mmlu_acc_debiased_ci_high) == (-0.05, 0.03)
+    assert sample_row().mmlu_top_choice is None and sample_row().mmlu_acc_debiased is None  # none found

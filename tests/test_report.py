@@ -297,3 +297,56 @@ def test_terminal_summary_gives_the_first_generative_tasks_same_as_base() -> Non
     assert lines[4].index("failed: OOM") == lines[0].index("KMMLU verdict")
     rag = summary_table([with_cells(rows()[0], generation("ko_rag", None, None)), board[3]])
     assert "ko_rag same as base [95% CI]" in rag[0] and "85.0% [75.0, 95.0]" in rag[2]
+
+
+COLLAPSED = "collapsed: picks A on 100% of items"
+
+
+def _collapsed_rows() -> list[LeaderboardRow]:
+    """rows() where both AWQ mixes answer A on every KMMLU item (the base: D on 76%), with the
+    letter-debiased accuracy of every row."""
+    found = []
+    for r in rows():
+        cells: dict[str, object] = {"kmmlu_top_choice": "D", "kmmlu_top_choice_share": 0.764}
+        cells |= {"kmmlu_acc_debiased": 0.27}
+        if r.scheme != "bf16":
+            cells |= {"kmmlu_acc_debiased_delta": -0.03, "kmmlu_acc_debiased_ci_low": -0.07}
+            cells |= {"kmmlu_acc_debiased_ci_high": 0.01}
+        if r.scheme == "awq-w4a16":
+            cells |= {"kmmlu_verdict": COLLAPSED, "kmmlu_top_choice": "A", "kmmlu_top_choice_share": 1.0}
+        if r.scheme == "awq-w4a16":  # both mixes: A's share of the gold answers, the same Δ
+            cells |= {
+                "kmmlu_acc": 0.284,
+                "kmmlu_delta": 0.044,
+                "kmmlu_ci_low": -0.037,
+                "kmmlu_ci_high": 0.126,
+            }
+        found.append(with_cells(r, cells))
+    return found
+
+
+def test_a_collapse_is_named_before_any_delta_table_and_debiased_accuracy_is_tabled() -> None:
+    text = report_markdown(_collapsed_rows(), None, None, {}, {})
+    note = (
+        "**Answer collapse on KMMLU-HARD dev**: awq-w4a16, awq-w4a16-en each pick A on 100% of items "
+        "(bf16's most frequent choice: D, on 76%)."
+    )
+    assert note in text and text.index(note) < text.index("| checkpoint | scheme |")
+    assert f"| {COLLAPSED} |" in text  # the summary table's verdict
+    assert "| awq-w4a16 | KMMLU-HARD dev | A (100%) | 28.4% | 27.0% | -3.0 [-7.0, +1.0] |" in text
+    assert "| bf16 | KMMLU-HARD dev | D (76%) | 24.0% | 27.0% | (base) |" in text
+    plain = report_markdown(rows(), None, None, {}, {})  # a board before these columns: neither part
+    assert "Answer collapse" not in plain and "## Letter preference" not in plain
+
+
+def test_pareto_marks_collapsed_checkpoints_open_under_one_label() -> None:
+    fig = pareto_figure(_collapsed_rows(), None)
+    weights = fig.axes[0]
+    labels = sorted(text.get_text() for text in weights.texts)
+    assert labels == [
+        "awq-w4a16, awq-w4a16-en\ncollapsed: KMMLU-HARD dev picks A on 100%",
+        "bf16",
+        "fp8-dynamic",
+    ]
+    open_markers = [line for line in weights.lines if line.get_markerfacecolor() == "white"]
+    assert len(open_markers) == 3  # two collapsed KMMLU bars and the legend's entry

@@ -5,6 +5,8 @@
   but small loss qualifies; a point estimate inside the budget with a CI reaching past it does not.
   Among checkpoints that qualify, quality ranks by that same lower bound, so noise never ranks a
   checkpoint up; the base's Δ is 0 by definition, so it wins whenever it fits and meets the concurrency.
+  A checkpoint whose answers collapsed on the task (the verdict `collapsed: picks A on …`) is never
+  within budget there: its Δ is letter preference, whatever its CI.
 - Memory: measured or planned, as `candidates.py` says.
 - Rank (`candidates.rank_key`): qualifies, fits, meets the concurrency, within budget, quality (CI
   lower bound), max concurrency, smaller weights; the runner-up is second in that order.
@@ -26,6 +28,7 @@ from evals.planning.candidates import (
 from evals.planning.planner import Plan
 from evals.planning.scored_row import ScoredRow
 from evals.planning.vllm_memory import Gpu, load_gpus
+from evals.statistics.choice_bias import COLLAPSED
 from evals.tasks.registry import COLUMN_LABELS, COLUMN_PREFIXES
 from kqe.core.errors import UserError
 from kqe.core.records import MemoryReport, Record, ServeProfile
@@ -89,6 +92,11 @@ def measured_applies(run: RunSummary | None, gpu: Gpu, profile: ServeProfile, co
     return on_gpu and profile.gpu == gpu.name
 
 
+def collapsed(verdict: str | None) -> bool:
+    """Whether a task verdict names an answer collapse: never chosen for that task, whatever its Δ."""
+    return verdict is not None and verdict.startswith(COLLAPSED)
+
+
 def _judged_scores(row: ScoredRow, prefix: str) -> dict:
     """A row's scores on a task column prefix, as `Candidate` fields."""
     found = row.task_scores(prefix)
@@ -129,6 +137,8 @@ def judge(
     reasons: list[str] = []
     if row.status != "ok":
         reasons.append(f"status {row.status}")
+    elif collapsed(scores["verdict"]):
+        reasons.append(f"{prefix.upper()} answers {scores['verdict']}: its Δ is letter preference")
     elif scores["ci_low"] is None:
         reasons.append(f"no {prefix.upper()} comparison with the base")
     elif scores["ci_low"] < -max_loss / 100:
@@ -288,7 +298,7 @@ def what_would_qualify(
 ) -> list[str]:
     """Each change that would make some checkpoint qualify (more GPUs, a bigger GPU, a lower concurrency,
     a looser budget, more items), re-planned with the planner."""
-    scored = [c for c in ranked if c.status == "ok" and c.ci_low is not None]
+    scored = [c for c in ranked if c.status == "ok" and c.ci_low is not None and not collapsed(c.verdict)]
     in_budget = [c for c in scored if c.quality_ok]
     target = deployment.target
     hardware: list[tuple[str, Gpu | None, int]] = [

@@ -118,6 +118,9 @@ def _comparison_cells(runs: dict[str, ScoreRun], findings: TaskFindings) -> dict
         prefix = column_prefix(task)  # of tasks sharing a prefix, a run scores one
         if task in runs or task in findings.vs_base:
             cells.update(_task_cells(prefix, runs.get(task), findings.vs_base.get(task)))
+            cells.update(
+                row_cells.choice_cells(prefix, findings.choices.get(task), findings.vs_base.get(task))
+            )
         effect = findings.vs_control.get(task)
         if effect is not None:
             cells.update(_calibration_effect_cells(prefix, effect))

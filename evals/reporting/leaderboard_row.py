@@ -32,7 +32,9 @@ target/placement; 5 perplexity CIs, verdicts, calibration effect, KO−EN gap; 6
 and abstain precision, lmeval_*, faq_*, ko_en_gap_pairing, load_* by `vllm bench serve`; 7 ko_rag per
 condition (oracle, depth grid, closed-book gain), retrieval recall, ko_rag_hangul/abstain/mc on the
 retrieved condition alone (older boards averaged every item they had, all retrieved then); 8 ppl_lo_*
-(LibreOffice's help pages in Korean and English, their KO−EN gap). A registry
+(LibreOffice's help pages in Korean and English, their KO−EN gap), and per task the top choice and its
+share (answer collapse, also in the verdict) and the letter-debiased accuracy with its Δ and CI (older
+boards read them as empty). A registry
 task with a new column prefix (mmmlu_*, belebele_*) adds columns only to the runs that score it: no bump."""
 READABLE_SCHEMA_VERSIONS = (3, 4, 5, 6, 7, 8)
 """Versions this suite reads: an older board's missing columns (all optional) read as empty."""

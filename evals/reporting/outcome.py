@@ -16,7 +16,7 @@ from evals.statistics.perplexity_stats import PerplexityFindings
 from evals.statistics.rag_findings import RagFindings
 from kqe.core.capacity import CapacityReport
 from kqe.core.records import Checkpoint, MemoryReport, ServeProfile
-from kqe.core.results import Comparison, ItemResult, ScoreRun
+from kqe.core.results import ChoiceProfile, Comparison, ItemResult, ScoreRun
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,8 @@ class TaskFindings:
     """Task → paired comparison with `calibration_control`: the calibration effect."""
     averages: dict[str, TaskSummary] = field(default_factory=dict)
     """Task → micro, macro and supercategory averages and the macro Δ, for every task of the run."""
+    choices: dict[str, ChoiceProfile] = field(default_factory=dict)
+    """Task → the checkpoint's choice distribution and letter-debiased accuracy (multiple-choice tasks)."""
 
 
 @dataclass(frozen=True)

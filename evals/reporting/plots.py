@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evals.reporting.leaderboard_row import LeaderboardRow, scored_tasks
+from evals.statistics.choice_bias import COLLAPSED
 from evals.tasks.registry import COLUMN_LABELS
 from kqe.core.io import write_atomic
 from kqe.core.results import RunSummary
@@ -58,15 +59,36 @@ def task_values(row: LeaderboardRow, prefix: str) -> tuple[float, float, float] 
     return 100 * delta, 100 * low, 100 * high
 
 
-def _interval(ax: Axes, at: float, values: tuple[float, float, float], prefix: str, vertical: bool) -> None:
-    """One Δ with its CI bar: vertical (Δ on the y axis) or horizontal."""
+def collapsed_on(row: LeaderboardRow, prefix: str) -> str | None:
+    """The row's answer collapse on a task (`picks A on 100% of items`), None where it did not."""
+    verdict = getattr(row, f"{prefix}_verdict")
+    if verdict is None or not verdict.startswith(COLLAPSED):
+        return None
+    return verdict.removeprefix(COLLAPSED)
+
+
+def _interval(
+    ax: Axes, at: float, values: tuple[float, float, float], prefix: str, vertical: bool, hollow: bool = False
+) -> None:
+    """One Δ with its CI bar: vertical (Δ on the y axis) or horizontal; `hollow` (a collapsed
+    checkpoint's Δ, letter preference): an open marker on a dashed bar."""
     delta, low, high = values
     color, marker = TASK_STYLE[prefix]
     bar = [[delta - low], [high - delta]]
+    face = "white" if hollow else color
     if vertical:
-        ax.errorbar(at, delta, yerr=bar, color=color, marker=marker, capsize=4)
+        drawn = ax.errorbar(at, delta, yerr=bar, color=color, marker=marker, capsize=4, markerfacecolor=face)
     else:
-        ax.errorbar(delta, at, xerr=bar, color=color, marker=marker, capsize=4)
+        drawn = ax.errorbar(delta, at, xerr=bar, color=color, marker=marker, capsize=4, markerfacecolor=face)
+    for line in drawn.lines[2] if hollow else ():
+        line.set_linestyle("--")
+
+
+def _collapse_legend(ax: Axes, rows: Sequence[LeaderboardRow], tasks: dict[str, str]) -> None:
+    """A legend entry for the open markers, where some row collapsed."""
+    if any(collapsed_on(r, p) for r in rows for p in tasks):
+        label = "open, dashed: answers collapsed (Δ is letter preference)"
+        ax.plot([], [], color="grey", marker="o", markerfacecolor="white", linestyle="--", label=label)
 
 
 def _legend_entries(ax: Axes, tasks: dict[str, str]) -> None:
@@ -115,20 +137,12 @@ def pareto_figure(rows: Sequence[LeaderboardRow], run: RunSummary | None) -> Fig
         for shift, prefix in zip(_shifts(0.024, len(tasks)), tasks, strict=True):  # side by side, not on top
             for x, row in placed:
                 if bars := task_values(row, prefix):
-                    _interval(ax, x + shift * (spread or 1.0), bars, prefix, vertical=True)
-        for x, row in placed if len(values) > 1 else []:  # name each point, left of its first bar
-            delta = next((bars[0] for p in tasks if (bars := task_values(row, p))), 0.0)
-            at = (x + _shifts(0.024, len(tasks))[0] * (spread or 1.0), delta)
-            ax.annotate(
-                row.checkpoint,
-                at,
-                textcoords="offset points",
-                xytext=(-5, 0),
-                ha="right",
-                fontsize=8,
-                bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8},
-            )
+                    hollow = collapsed_on(row, prefix) is not None
+                    _interval(ax, x + shift * (spread or 1.0), bars, prefix, vertical=True, hollow=hollow)
+        if len(values) > 1:  # name each point (collapsed ones together), left of its first bar
+            _name_points(ax, placed, tasks, _shifts(0.024, len(tasks))[0] * (spread or 1.0))
         _legend_entries(ax, tasks)
+        _collapse_legend(ax, rows, tasks)
         _loss_axis(ax)
         ax.set_xlabel(xlabel)
         ax.margins(x=0.12, y=0.1)
@@ -136,6 +150,38 @@ def pareto_figure(rows: Sequence[LeaderboardRow], run: RunSummary | None) -> Fig
     fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), fontsize=8)
     fig.suptitle(f"{rows[0].model}: quality loss vs memory (bf16 = 0)")
     return fig
+
+
+def _name_points(
+    ax: Axes, placed: list[tuple[float, LeaderboardRow]], tasks: dict[str, str], shift: float
+) -> None:
+    """Each checkpoint's name left of its first bar; checkpoints that collapsed the same way on the
+    same tasks (their Δ is then the same letter's share) share one label, above the first of them."""
+    labels: dict[tuple[str, str], tuple[float, float, list[str]]] = {}
+    shown = [row for _, row in placed]
+    for x, row in placed:
+        bars = [values for p in tasks if (values := task_values(row, p))]
+        delta = bars[0][0] if bars else 0.0
+        what = "; ".join(
+            f"{task_label(shown, p)} {found.split(' of ')[0]}"
+            for p in tasks
+            if (found := collapsed_on(row, p))
+        )
+        key = (what, f"{delta:.6f}") if what else ("", row.checkpoint)
+        at = max((high for _, _, high in bars), default=delta) if what else delta  # above its bars
+        labels.setdefault(key, (x + shift, at, []))[2].append(row.checkpoint)
+    for (what, _), (x, at, names) in labels.items():
+        text = ", ".join(names) + (f"\ncollapsed: {what}" if what else "")
+        ax.annotate(
+            text,
+            (x, at),
+            textcoords="offset points",
+            xytext=(0, 4) if what else (-5, 0),
+            ha="left" if what else "right",
+            va="bottom" if what else "baseline",
+            fontsize=8,
+            bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8},
+        )
 
 
 def _stagger(placed: list[tuple[float, LeaderboardRow]]) -> list[tuple[float, LeaderboardRow]]:
@@ -170,7 +216,7 @@ def deltas_figure(rows: Sequence[LeaderboardRow]) -> Figure:
     for ax, (prefix, label) in zip(axes, tasks.items(), strict=True):
         for y, row in enumerate(quantized):
             if values := task_values(row, prefix):
-                _interval(ax, y, values, prefix, vertical=False)
+                _interval(ax, y, values, prefix, vertical=False, hollow=collapsed_on(row, prefix) is not None)
                 verdict = getattr(row, f"{prefix}_verdict") or ""
                 ax.annotate(verdict, (1.01, y), xycoords=("axes fraction", "data"), va="center", fontsize=8)
         ax.set_yticks(range(len(quantized)), [r.checkpoint for r in quantized])

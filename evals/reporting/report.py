@@ -10,7 +10,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from evals.planning.choose import points
-from evals.reporting import averages_report
+from evals.reporting import averages_report, choice_report
 from evals.reporting import plots as figures
 from evals.reporting.capacity_report import capacity_section
 from evals.reporting.generation_report import TITLE as GENERATION_TITLE
@@ -213,8 +213,14 @@ def report_markdown(
     the model cards."""
     lines = [
         *_introduction(rows, spec),
+        *choice_report.collapse_notes(rows),
         *_summary_table(rows),
         "",
+        *(
+            _section(choice_report.TITLE, letters)
+            if (letters := choice_report.debiased_section(rows))
+            else []
+        ),
         *_section("Micro and macro averages", averages_report.markdown_section(rows)),
         *(_accuracy_sections(rows, plots) if "pareto" in plots else []),
         *(_section("Korean RAG (ko_rag)", rag) if (rag := rag_section(rows)) else []),

@@ -1,5 +1,5 @@
 """A leaderboard row's cells from the typed parts of a `CheckpointResult` that their stages found:
-averages, perplexity, ko_rag and placement (`leaderboard.build_row` adds the rest). The column names
+averages, choices, perplexity, ko_rag and placement (`leaderboard.build_row` adds the rest). The column names
 live here and in `leaderboard_row.py`, nowhere else."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from evals.statistics.perplexity_stats import PerplexityFindings
 from evals.statistics.rag_findings import ClosedBookScores, RagFindings
 from evals.tasks.registry import column_prefix
 from kqe.core.defaults import PARALLEL_TEXT_SETS, RAG_LENGTHS
+from kqe.core.results import ChoiceProfile, Comparison
 
 Cells = dict[str, object]
 
@@ -35,6 +36,24 @@ def averages_cells(averages: dict[str, TaskSummary]) -> Cells:
             cells |= _estimate(f"{prefix}_{category}", estimate)
         if summary.macro_delta is not None:
             cells |= _estimate(f"{prefix}_macro_delta", summary.macro_delta)
+    return cells
+
+
+def choice_cells(prefix: str, profile: ChoiceProfile | None, comparison: Comparison | None) -> dict:
+    """The task's top choice and its share, and the letter-debiased accuracy with its Δ and CI."""
+    cells: dict = {}
+    if profile is not None:
+        cells |= {
+            f"{prefix}_top_choice": profile.top_choice,
+            f"{prefix}_top_choice_share": profile.top_share,
+            f"{prefix}_acc_debiased": profile.acc_debiased,
+        }
+    if comparison is not None:
+        cells |= {
+            f"{prefix}_acc_debiased_delta": comparison.delta_debiased,
+            f"{prefix}_acc_debiased_ci_low": comparison.delta_debiased_ci_low,
+            f"{prefix}_acc_debiased_ci_high": comparison.delta_debiased_ci_high,
+        }
     return cells
 
 

@@ -43,10 +43,36 @@ COMPARISON = (
     TaskColumn(
         "verdict",
         str,
-        "{label} verdict: no loss detected within margin, significant loss, or inconclusive (MDE).",
+        "{label} verdict: no loss detected within margin, significant loss, or inconclusive (MDE); "
+        "`collapsed: picks <letter> on N% of items` where the checkpoint's answers collapsed onto one "
+        "choice and the base's did not (its Δ is then letter preference).",
     ),
+    TaskColumn(
+        "top_choice", str, "{label} most frequent choice: the letter with the highest log-prob on most items."
+    ),
+    TaskColumn(
+        "top_choice_share",
+        float,
+        "{label} share of the items on that choice (fraction); from 0.9, where the base's is below, the "
+        "answers collapsed (run.json `choices` holds every choice's count).",
+    ),
+    TaskColumn(
+        "acc_debiased",
+        float,
+        "{label} accuracy with this checkpoint's letter prior (its mean log-prob per choice position, "
+        "cross-fitted over subject folds) subtracted before the argmax (fraction).",
+    ),
+    TaskColumn(
+        "acc_debiased_delta",
+        float,
+        "{label} debiased accuracy minus the base's on the same items (fraction).",
+    ),
+    TaskColumn(
+        "acc_debiased_ci_low", float, "Lower end of the 95% CI of {prefix}_acc_debiased_delta (as Δ's)."
+    ),
+    TaskColumn("acc_debiased_ci_high", float, "Upper end of the 95% CI of {prefix}_acc_debiased_delta."),
 )
-"""Accuracy and the paired comparison with the base."""
+"""Accuracy, the paired comparison with the base, and the answers' letter preference."""
 CALIBRATION_EFFECT = (
     TaskColumn(
         "calib_effect",

@@ -132,3 +132,10 @@ def symmetric_ci(replicates: np.ndarray, estimate: float, widen: float = 0.0) ->
     3 points of coverage in bench/stats_bench.py's grid, the symmetric one kept it."""
     half = Z_CI * float(np.std(replicates))
     return estimate - half - widen, estimate + half + widen
+
+
+def delta_ci(replicates: Replicates, estimate: float, n: int) -> tuple[float, float]:
+    """The paired Δ's 95% CI from its replicates: symmetric around `estimate`, half a step of Δ's
+    lattice (0.5/n: Δ moves in steps of 1/n) added each side as a continuity correction, in [−1, 1]."""
+    low, high = symmetric_ci(replicates.cand - replicates.base, estimate, 0.5 / n)
+    return max(low, -1.0), min(high, 1.0)

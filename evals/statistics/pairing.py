@@ -71,6 +71,8 @@ class PairedItems:
     """Base choice log-probs (n, choices), padded with -inf; None when some item lacks them."""
     cand_logprobs: np.ndarray | None = None
     """Candidate choice log-probs, same shape as the base's."""
+    gold: np.ndarray | None = None
+    """Index of the correct choice per item (n,), -1 where a file gives none; None when not read."""
 
 
 def read_items(path: Path) -> dict[str, list[ScoredItem]]:
@@ -109,7 +111,7 @@ def read_items(path: Path) -> dict[str, list[ScoredItem]]:
 
 
 @dataclass(frozen=True)
-class _Columns:
+class Columns:
     """One side's items as columns (gold -1 where absent; log-probs padded with -inf, None where
     some item has none), so pairing is array indexing rather than a loop per item."""
 
@@ -121,7 +123,7 @@ class _Columns:
     widths: np.ndarray | None
 
 
-def _columns(items: Sequence[Scored], role: str) -> _Columns:
+def item_columns(items: Sequence[Scored], role: str) -> Columns:
     # a pass per field allocates no per-item tuples: with 9 checkpoints × 35k records alive, new
     # containers trigger full garbage collections that cost more than all the statistics
     ids = [item.item_id for item in items]
@@ -139,7 +141,7 @@ def _columns(items: Sequence[Scored], role: str) -> _Columns:
             logprobs = np.full((len(present), int(widths.max())), -np.inf)
             for index, row in enumerate(present):
                 logprobs[index, : len(row)] = row
-    return _Columns(
+    return Columns(
         ids=ids,
         correct=np.array([item.correct for item in items], dtype=bool),
         gold=np.array([-1 if item.gold is None else item.gold for item in items], dtype=int),
@@ -156,7 +158,7 @@ def pair_items(base: Sequence[Scored], cand: Sequence[Scored]) -> PairedItems:
             f"no items to compare ({len(base)} in base, {len(cand)} in candidate): score both first"
         )
     task = base[0].task
-    b, c = _columns(base, "base"), _columns(cand, "candidate")
+    b, c = item_columns(base, "base"), item_columns(cand, "candidate")
     position = {item_id: index for index, item_id in enumerate(c.ids)}
     order = np.fromiter((position.get(item_id, -1) for item_id in b.ids), dtype=int, count=len(b.ids))
     only_base = int(np.sum(order < 0))
@@ -186,4 +188,5 @@ def pair_items(base: Sequence[Scored], cand: Sequence[Scored]) -> PairedItems:
         clusters=b.subjects,
         base_logprobs=b.logprobs if same_choices else None,
         cand_logprobs=c.logprobs[order] if same_choices and c.logprobs is not None else None,
+        gold=b.gold,
     )

@@ -29,10 +29,11 @@ from evals.statistics.bootstrap import (
     Replicates,
     bootstrap_accuracies,
     cluster_sums,
+    delta_ci,
     percentile_ci,
     small_sample_stretch,
-    symmetric_ci,
 )
+from evals.statistics.choice_bias import collapse, debiased_comparison
 from evals.statistics.cluster_tests import ClusterTest, clustered_test
 from evals.statistics.multiplicity import ADJUSTMENTS, holm
 from evals.statistics.pairing import PairedItems, Scored, pair_items, read_items
@@ -163,6 +164,21 @@ def verdict(ci_low: float, ci_high: float, p: float, margin: float, mde: float) 
     return f"inconclusive — n too small (MDE {100 * mde:.1f} points)"
 
 
+def _collapse(paired: PairedItems) -> str | None:
+    """The candidate's answer collapse against the base; None without choice log-probs."""
+    if paired.base_logprobs is None or paired.cand_logprobs is None:
+        return None
+    return collapse(paired.base_logprobs, paired.cand_logprobs)
+
+
+def task_verdict(comparison: Comparison, p: float) -> str:
+    """The verdict of a comparison at the (adjusted) tested p: its answer collapse where the candidate
+    collapsed (its Δ is then letter preference), else `verdict`."""
+    if comparison.collapse is not None:
+        return comparison.collapse
+    return verdict(comparison.ci_low, comparison.ci_high, p, comparison.margin, comparison.mde)
+
+
 def check_margin(margin: float) -> float:
     """The margin as a fraction in (0, 1), or a one-line error."""
     if not 0 < margin < 1:
@@ -186,8 +202,7 @@ def _compare_with_replicates(
     base_star, cand_star = replicates.base, replicates.cand
     deltas = cand_star - base_star
     step = 0.5 / n  # delta moves in steps of 1/n: half a step each side, a continuity correction
-    ci_low, ci_high = symmetric_ci(deltas, acc_cand - acc_base, step)
-    ci_low, ci_high = max(ci_low, -1.0), min(ci_high, 1.0)
+    ci_low, ci_high = delta_ci(replicates, acc_cand - acc_base, n)
     recovery, recovery_low, recovery_high = None, None, None
     if acc_base > 0:
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -197,6 +212,7 @@ def _compare_with_replicates(
     p, clustered = float(mcnemar_p(flips_c2w, flips_w2c)), _cluster_level(paired, replicates)
     tested = max(p, clustered.p if clustered else 0.0)
     mde = minimum_detectable_effect(n, (flips_c2w + flips_w2c) / n)
+    collapsed = _collapse(paired)
     comparison = Comparison(
         task=task,
         base=names[0],
@@ -221,15 +237,17 @@ def _compare_with_replicates(
         margin=margin,
         noninf_p=float((1 + np.sum(deltas - step <= -margin)) / (1 + resamples)),
         mde=mde,
-        verdict=verdict(ci_low, ci_high, tested, margin, mde),
+        verdict=collapsed or verdict(ci_low, ci_high, tested, margin, mde),
         bootstrap_resamples=resamples,
         seed=seed,
         ci_method=replicates.method,
         clusters=replicates.clusters,
         cluster_p=clustered.p if clustered else None,
         cluster_p_method=clustered.method if clustered else None,
+        collapse=collapsed,
     )
-    comparison = comparison.model_copy(update=_agreement(paired, replicates, resamples, rng))
+    found = _agreement(paired, replicates, resamples, rng) | debiased_comparison(paired, resamples, rng)
+    comparison = comparison.model_copy(update=found)
     return comparison, deltas
 
 
@@ -288,7 +306,7 @@ def compare_tasks(
     final: dict[str, Comparison] = {}
     for (task, (c, deltas)), p in zip(results.items(), adjusted, strict=True):
         update: dict[str, object] = {"p_holm": float(p)}
-        update["verdict"] = verdict(c.ci_low, c.ci_high, p, margin, c.mde)
+        update["verdict"] = task_verdict(c, p)
         english = KOREAN_TO_ENGLISH.get(task, "")
         if english in results:
             en, en_deltas = results[english]
@@ -333,6 +351,6 @@ def adjust_run(
     found: dict[str, dict[str, Comparison]] = {name: {} for name in vs_base}
     for (name, task), p in zip(keys, adjusted, strict=True):
         c = vs_base[name][task]
-        update = {"p_holm": float(p), "verdict": verdict(c.ci_low, c.ci_high, p, c.margin, c.mde)}
+        update = {"p_holm": float(p), "verdict": task_verdict(c, p)}
         found[name][task] = c.model_copy(update=update)
     return found

@@ -19,6 +19,18 @@ def _over_subjects(r: Comparison) -> str:
     return f", {format_p(r.cluster_p, 'p')} over subjects ({r.cluster_p_method})"
 
 
+def _debiased(r: Comparison) -> str | None:
+    """The letter-debiased accuracies and their Δ with its CI; None without choice log-probs and gold."""
+    base, cand, delta = r.acc_debiased_base, r.acc_debiased_cand, r.delta_debiased
+    low, high = r.delta_debiased_ci_low, r.delta_debiased_ci_high
+    if base is None or cand is None or delta is None or low is None or high is None:
+        return None
+    return (
+        f"letter-debiased: acc {base:.3f} -> {cand:.3f}  Δ {100 * delta:+.1f} pts "
+        f"[{100 * low:+.1f}, {100 * high:+.1f}]"
+    )
+
+
 @click.command("compare")
 @click.argument("base_items", type=click.Path(path_type=Path))
 @click.argument("cand_items", type=click.Path(path_type=Path))
@@ -55,6 +67,8 @@ def compare_command(base_items: Path, cand_items: Path, margin: float, as_json: 
                 f"(Holm {format_p(r.p_holm)})  flips c→w {r.flips_c2w} w→c {r.flips_w2c}{kl}  "
                 f"MDE {100 * r.mde:.1f} pts  => {r.verdict}"
             )
+            if (debiased := _debiased(r)) is not None:
+                echo(f"{task} {debiased}")
             if r.ko_en_gap is not None and r.ko_en_gap_ci_low is not None and r.ko_en_gap_ci_high is not None:
                 echo(
                     f"{task} - {r.english_task} loss gap: {100 * r.ko_en_gap:+.1f} pts "

@@ -159,6 +159,40 @@ class Comparison(Record):
     without subjects, and in records written before it was recorded."""
     cluster_p_method: str | None = None
     """How cluster_p was found: `exact sign-flip over K clusters` or `t(K−1) over K clusters`."""
+    collapse: str | None = None
+    """`collapsed: picks <letter> on N% of items` when the candidate puts its highest log-prob on one
+    choice on ≥ 90% of the items and the base does not: then it is the verdict; None otherwise."""
+    acc_debiased_base: float | None = None
+    """Base accuracy after its letter prior (mean log-prob per choice position, cross-fitted over
+    subject folds) is subtracted before the argmax; None without choice log-probs and gold."""
+    acc_debiased_cand: float | None = None
+    """Candidate accuracy debiased the same way with its own prior."""
+    delta_debiased: float | None = None
+    """acc_debiased_cand − acc_debiased_base, fraction."""
+    delta_debiased_ci_low: float | None = None
+    """Lower end of the 95% CI of delta_debiased (the paired bootstrap of delta, ci_method's units)."""
+    delta_debiased_ci_high: float | None = None
+    """Upper end of that CI."""
+
+
+class ChoiceProfile(Record):
+    """Which choice one checkpoint puts its highest log-prob on, over the items of one multiple-choice
+    task, and its accuracy once its letter prior is taken out."""
+
+    checkpoint: str
+    """Checkpoint name."""
+    task: str
+    """Task name."""
+    counts: list[int]
+    """Items whose highest log-prob is on each choice, in choice order (A, B, …)."""
+    top_choice: str
+    """The letter of the most frequent choice."""
+    top_share: float
+    """Share of the items on top_choice, in [0, 1]."""
+    acc_debiased: float | None
+    """Accuracy after the letter prior is subtracted before the argmax; None without gold."""
+    debias_folds: int | None
+    """Folds the prior was cross-fitted over (subjects, else items); None without gold."""
 
 
 class WindowNll(Record):
@@ -346,5 +380,7 @@ class RunSummary(Record):
     """Checkpoints this run started a server for (the others had every stage scored already)."""
     capacity: dict[str, CapacityReport] = Field(default_factory=dict)
     """Checkpoint name → its `vllm bench serve` levels (1, a step, max-num-seqs), where measured."""
+    choices: list[ChoiceProfile] = Field(default_factory=list)
+    """Per checkpoint and multiple-choice task: its choice distribution and letter-debiased accuracy."""
     load_failures: dict[str, str] = Field(default_factory=dict)
     """Checkpoint name → why `vllm bench serve` did not measure it when the run asked (its scores stand)."""

@@ -16,7 +16,15 @@ from evals.reporting import leaderboard, report
 from evals.reporting.leaderboard_row import LeaderboardRow
 from evals.reporting.outcome import CheckpointOutcome, CheckpointResult, TaskFindings
 from evals.serving import hardware, serve
-from evals.statistics import averages, generation_findings, parallel, perplexity_stats, rag_findings, stats
+from evals.statistics import (
+    averages,
+    choice_bias,
+    generation_findings,
+    parallel,
+    perplexity_stats,
+    rag_findings,
+    stats,
+)
 from evals.statistics.generation_findings import GenerationFindings
 from evals.statistics.perplexity_stats import PerplexityFindings
 from evals.tasks.ko_rag import task as rag_task
@@ -25,7 +33,14 @@ from kqe.core.errors import UserError
 from kqe.core.eval_config import EvalConfig
 from kqe.core.io import read_record, write_record
 from kqe.core.records import Checkpoint, MemoryReport
-from kqe.core.results import Comparison, Perplexity, PerplexityComparison, PerplexityGap, RunSummary
+from kqe.core.results import (
+    ChoiceProfile,
+    Comparison,
+    Perplexity,
+    PerplexityComparison,
+    PerplexityGap,
+    RunSummary,
+)
 from kqe.core.schemes import BASE_SCHEME
 from kqe.core.workspace import Workspace
 from kqe.pipeline.config import Progress, RunMatrix, prepare_matrix
@@ -61,6 +76,7 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress, executor: Execu
     perplexity: list[PerplexityComparison] = []
     gaps: list[PerplexityGap] = []
     capacity: dict[str, CapacityReport] = {}
+    choices: list[ChoiceProfile] = []
     # every task both hold; Holm across the tasks (or the run: --multiplicity); the Korean task
     # carries its gap to English (on matched items for a parallel pair). The base is not compared with
     # itself: its row keeps Δ empty.
@@ -78,6 +94,7 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress, executor: Execu
         result = _findings(matrix, outcome, base, vs_base.get(name, {}), control)
         rows.append(leaderboard.build_row(result))  # a checkpoint never built: why, and its plan
         comparisons += [*result.tasks.vs_base.values(), *result.tasks.vs_control.values()]
+        choices += result.tasks.choices.values()
         if result.perplexity is not None:
             perplexity += result.perplexity.comparisons
             gaps += result.perplexity.gaps.values()
@@ -105,6 +122,7 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress, executor: Execu
         perplexity_gaps=gaps,
         capacity=capacity,
         load_failures={name: o.load_failure for name, o in outcomes.items() if o.load_failure},
+        choices=choices,
     )
     write_record(matrix.board_dir / "run.json", summary)
     write_record(matrix.board_dir / "placement.json", matrix.plan.placement)
@@ -147,6 +165,7 @@ def _findings(
         calibration_control=matrix.references.get(outcome.name),
         vs_control=_calibration_effect(control, outcome),
         averages=averages.checkpoint_averages(outcome.items, base_items, matrix.sources),
+        choices=choice_bias.checkpoint_choices(outcome.name, outcome.items),
     )
     rag = None
     if matrix.rag is not None:
