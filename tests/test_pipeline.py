@@ -197,7 +197,7 @@ def test_a_checkpoint_the_engine_cannot_load_gets_a_failed_row(
     shutil.copytree(tiny_model_dir, broken)
     config = json.loads((broken / "config.json").read_text())
     (broken / "config.json").write_text(json.dumps(config | {"architectures": ["NotARealModelForCausalLM"]}))
-    cfg = EvalConfig(model=str(broken), schemes=("bf16",), limit=8, profile="cpu-ci")
+    cfg = EvalConfig(model=str(broken), schemes=("bf16",), tasks=("kmmlu", "mmlu"), limit=8, profile="cpu-ci")
 
     board = run_eval(cfg, workspace, lambda what, done, total: None)
 
@@ -217,6 +217,7 @@ def test_load_stage_puts_capacity_in_the_row(
     cfg = EvalConfig(
         model=str(tiny_model_dir),
         schemes=("bf16",),
+        tasks=("kmmlu", "mmlu"),
         limit=8,
         profile="cpu-ci",
         load=True,

@@ -45,6 +45,7 @@ def matrix_config(model: Path) -> Any:
         # w4a16-rtn, not fp8-dynamic: FP8's CPU matmul is oneDNN's reference code without AMX-FP8
         model=str(model),
         schemes=("bf16", "awq-w4a16", "w4a16-rtn"),
+        tasks=("kmmlu", "mmlu"),  # ko_rag's pipeline path has its own test (tests/test_ko_rag_serve.py)
         calib_samples=10,
         calib_seq_len=64,
         limit=30,
