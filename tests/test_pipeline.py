@@ -169,6 +169,7 @@ def test_ko_rag_beside_a_quantized_checkpoint_gets_paired_deltas_in_its_row(
             "run": "rag",
             "rag_data": str(tmp_path / "rag"),
             "rag_conditions": ("retrieved", "closed_book"),
+            "rag_lengths": ("1k", "2k"),
         }
     )
     board = run_eval(cfg, matrix_run.ws, lambda what, done, total: None)
