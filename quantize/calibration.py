@@ -26,6 +26,7 @@ from typing import Any
 from kqe.core import defaults
 from kqe.core.chat import Framing, chat_framing
 from kqe.core.errors import UserError
+from kqe.core.hangul import hangul_letters
 from kqe.core.io import read_record, sha256_of, write_atomic, write_record
 from kqe.core.modelstore import LocalModel
 from kqe.core.records import CalibrationSet, SourceFile, content_hash
@@ -33,7 +34,7 @@ from kqe.core.workspace import Workspace, safe_name
 from quantize.catalog import SourceSpec, check_holdout_unused, default_sources, paragraphs, read_sources
 from quantize.contamination import ContaminationGuard
 from quantize.dedup import unique_paragraphs
-from quantize.windows import DROP_REASONS, WindowCutter, hangul_letters, measured_lang
+from quantize.windows import DROP_REASONS, WindowCutter, measured_lang
 
 log = logging.getLogger(__name__)
 

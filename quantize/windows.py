@@ -20,6 +20,7 @@ from typing import Any
 
 from kqe.core.chat import Framing
 from kqe.core.errors import UserError
+from kqe.core.hangul import hangul_letters
 from quantize.contamination import ContaminationGuard
 from quantize.dedup import NearDuplicates
 
@@ -30,17 +31,6 @@ KOREAN_MIN_HANGUL = 0.5
 """A window is measured Korean when at least this share of its letters is Hangul, else English."""
 DROP_REASONS = ("duplicate_paragraphs", "off_language", "contaminated", "near_duplicate")
 """What a set's manifest counts as left out (paragraphs for the first, windows for the others)."""
-
-
-def hangul_letters(text: str) -> tuple[int, int]:
-    """(Hangul letters, all letters) in `text`: syllables and jamo count as Hangul."""
-    letters = [c for c in text if c.isalpha()]
-    hangul = sum(
-        1
-        for c in letters
-        if 0xAC00 <= ord(c) <= 0xD7A3 or 0x1100 <= ord(c) <= 0x11FF or 0x3130 <= ord(c) <= 0x318F
-    )
-    return hangul, len(letters)
 
 
 def measured_lang(text: str) -> str:

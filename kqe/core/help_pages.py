@@ -26,6 +26,7 @@ from pathlib import Path
 
 from kqe.core.archives import read_matching
 from kqe.core.errors import UserError
+from kqe.core.hangul import hangul_letters
 
 MIN_HANGUL_SHARE = 0.5
 """A Korean paragraph counts as translated when at least this share of its letters is Hangul."""
@@ -96,13 +97,8 @@ class PagePair:
 
 def hangul_share(text: str) -> float:
     """Share of Hangul (syllables and jamo) among the letters of `text`; 0.0 without letters."""
-    letters = [c for c in text if c.isalpha()]
-    return sum(1 for c in letters if _is_hangul(c)) / len(letters) if letters else 0.0
-
-
-def _is_hangul(char: str) -> bool:
-    code = ord(char)
-    return 0xAC00 <= code <= 0xD7A3 or 0x1100 <= code <= 0x11FF or 0x3130 <= code <= 0x318F
+    hangul, letters = hangul_letters(text)
+    return hangul / letters if letters else 0.0
 
 
 class _PageParser(HTMLParser):
@@ -223,7 +219,7 @@ def pair_page(ko: HelpPage, en: HelpPage, letters: int = PAGE_LETTERS) -> PagePa
             break
         if hangul_share(korean.text) >= MIN_HANGUL_SHARE:
             kept.append((korean, english))
-            found += sum(1 for c in korean.text if _is_hangul(c))
+            found += hangul_letters(korean.text)[0]
     if found < letters:
         return None
     return PagePair(
