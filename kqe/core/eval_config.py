@@ -48,23 +48,23 @@ def _langs(custom_mix: str) -> set[str]:
 def parse_conditions(text: str, option: str = "--rag-conditions") -> tuple[str, ...]:
     """`retrieved,oracle` -> the ko_rag conditions in `defaults.RAG_CONDITIONS` order; a one-line
     UserError for anything else."""
-    named = split_list(text)
-    unknown = [name for name in named if name not in defaults.RAG_CONDITIONS]
-    if unknown or not named:
-        what = f"names unknown {', '.join(unknown)}" if unknown else "names no condition"
-        raise UserError(f"{option} {text!r} {what}: give some of {','.join(defaults.RAG_CONDITIONS)}")
-    return tuple(name for name in defaults.RAG_CONDITIONS if name in named)
+    return _ordered_subset(text, option, tuple(defaults.RAG_CONDITIONS), "condition")
 
 
 def parse_lengths(text: str, option: str = "--rag-lengths") -> tuple[str, ...]:
     """`2k,1k` -> ko_rag context lengths in `defaults.RAG_LENGTHS` order; a one-line UserError for
     anything else."""
+    return _ordered_subset(text, option, tuple(defaults.RAG_LENGTHS), "length")
+
+
+def _ordered_subset(text: str, option: str, known: tuple[str, ...], noun: str) -> tuple[str, ...]:
+    """The names of comma list `text`, each one of `known`, in `known`'s order."""
     named = split_list(text)
-    unknown = [name for name in named if name not in defaults.RAG_LENGTHS]
+    unknown = [name for name in named if name not in known]
     if unknown or not named:
-        what = f"names unknown {', '.join(unknown)}" if unknown else "names no length"
-        raise UserError(f"{option} {text!r} {what}: give some of {','.join(defaults.RAG_LENGTHS)}")
-    return tuple(name for name in defaults.RAG_LENGTHS if name in named)
+        what = f"names unknown {', '.join(unknown)}" if unknown else f"names no {noun}"
+        raise UserError(f"{option} {text!r} {what}: give some of {','.join(known)}")
+    return tuple(name for name in known if name in named)
 
 
 def _comma_text(value: Any) -> Any:
