@@ -26,7 +26,7 @@ from typing import Any
 from kqe.core import defaults
 from kqe.core.chat import Framing, chat_framing
 from kqe.core.errors import UserError
-from kqe.core.io import read_record, sha256_of, write_atomic, write_record
+from kqe.core.io import read_record, refuse_link, sha256_of, write_atomic, write_record
 from kqe.core.modelstore import LocalModel
 from kqe.core.records import CalibrationSet, SourceFile, content_hash
 from kqe.core.workspace import Workspace, safe_name
@@ -157,10 +157,10 @@ def build_calibration_set(
     asked = _Asked(name, mix, samples, seq_len, seed, model.folder, chat_template, allow_contamination)
     check_mix(mix, name)
     check_lengths(model, samples, seq_len, name)
+    folder = refuse_link(ws.calibration(model.name)) if out_dir is None else out_dir  # before any cut
     texts = _source_texts(ws, sources, mix, name)
     guard = None if allow_contamination or not eval_items else ContaminationGuard(eval_items)
     key = _set_key(asked, texts, guard)
-    folder = ws.calibration(model.name) if out_dir is None else out_dir
     record_path, samples_path = (
         folder / f"{safe_name(name)}-{key}.json",
         folder / f"{safe_name(name)}-{key}.jsonl",

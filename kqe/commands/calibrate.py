@@ -132,6 +132,7 @@ def calibrate_command(**options: Any) -> None:
 def build(cfg: CalibrateConfig) -> CalibrationSet:
     """Check the cheap inputs first, then read the evaluation items, then build (or reuse) the set."""
     from evals.tasks.prompts import load_prompts, prepare_tasks
+    from kqe.core.io import refuse_link
     from kqe.core.modelstore import local_model
     from kqe.core.registry import resolve_model
     from kqe.core.workspace import Workspace
@@ -147,6 +148,8 @@ def build(cfg: CalibrateConfig) -> CalibrationSet:
     label = mix_label(cfg.mix)
     sources = named_sources(list(cfg.sources)) if cfg.sources else None
     base = local_model(resolve_model(cfg.model, ws), ws)
+    if cfg.out is None:  # a link in the way: said before the items are read (an --out is the user's)
+        refuse_link(ws.calibration(base.name))
     check_lengths(base, cfg.samples, cfg.seq_len, label)
     items: list[str] = []
     if not cfg.allow_contamination:
