@@ -202,6 +202,10 @@ REPORT: list[Case] = [
     (("report",), ("--leaderboard",)),
     *[(("report", "--leaderboard", f"{{d}}/{name}"), (name,)) for name in BOARD_INPUTS],
     (("report", "--leaderboard", "{d}/other-model.csv"), ("other-model.csv", "models")),
+    (("report", "--leaderboard", "{d}/good.csv"), ("good.csv", "not in a run folder", "--out DIR")),
+    (("report", "--leaderboard", "{d}/good.csv", "--out", "{d}/good.csv"), ("--out", "good.csv", "a file")),
+    (("report", "--leaderboard", "{d}/good.csv", "--out", "{d}/models"),
+     ("--out", "models", "files kqe did not write")),
 ]  # fmt: skip
 COMPARE: list[Case] = [
     (("compare", "missing.jsonl", "missing2.jsonl"), ("missing.jsonl",)),

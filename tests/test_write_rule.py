@@ -108,6 +108,37 @@ def test_a_file_where_an_output_folder_belongs_is_one_line(board: Path) -> None:
     assert (board.parent / "plots").read_bytes() == b"mine"
 
 
+def test_report_writes_only_into_a_folder_of_kqe_or_the_out_folder(tmp_path: Path) -> None:
+    mine = tmp_path / "my-notes"
+    mine.mkdir()
+    write_leaderboard(mine / "leaderboard.csv", rows())
+    (mine / "report.md").write_bytes(b"# my own report\n")
+    before = {path: path.read_bytes() for path in mine.iterdir()}
+    refused = CliRunner().invoke(report_command, ["--leaderboard", str(mine / "leaderboard.csv")])
+    assert_one_line_error(refused, "not in a run folder of kqe", "--out DIR")
+    out = tmp_path / "report-out"
+    for _ in range(2):  # a new folder, then the folder kqe wrote its report into
+        done = CliRunner().invoke(
+            report_command, ["--leaderboard", str(mine / "leaderboard.csv"), "--out", str(out)]
+        )
+        assert done.exit_code == 0, done.output
+    assert (out / "report.md").is_file() and sorted(p.name for p in out.iterdir())[0] == ".report-files.json"
+    assert {path: path.read_bytes() for path in mine.iterdir()} == before  # nothing added, nothing replaced
+
+
+def test_report_never_replaces_a_report_md_it_did_not_write(board: Path) -> None:
+    theirs = board.parent / "report.md"
+    theirs.write_bytes(b"# written by hand\n")
+    result = CliRunner().invoke(report_command, ["--leaderboard", str(board)])
+    assert_one_line_error(result, f"{theirs} was not written by kqe", "--out DIR")
+    assert theirs.read_bytes() == b"# written by hand\n"
+    assert not (board.parent / "plots").exists() and not (board.parent / "cards").exists()
+    theirs.unlink()
+    for _ in range(2):  # its own report.md, recorded by the .report-files.json beside it, is replaced
+        done = CliRunner().invoke(report_command, ["--leaderboard", str(board)])
+        assert done.exit_code == 0, done.output
+
+
 TINY = ("--model", "{tiny}")
 LINKED_FOLDERS = {
     "calibrate": ("calibration_data/tiny-llama", ("calibrate", *TINY, "--seq-len", "64")),
