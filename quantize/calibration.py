@@ -268,10 +268,16 @@ def _load_tokenizer(tokenizer_dir: Path) -> Any:
 
 
 def check_lengths(model: LocalModel, samples: int, seq_len: int, name: str) -> None:
-    """Samples and sequence length are positive, and the length fits the model's context."""
+    """Samples (at most MAX_CALIB_SAMPLES) and sequence length are positive, and the length fits the
+    model's context."""
     if samples < 1 or seq_len < 16:
         raise UserError(
             f"calibration set {name!r}: need samples ≥ 1, seq_len ≥ 16 (got {samples}, {seq_len})"
+        )
+    if samples > defaults.MAX_CALIB_SAMPLES:
+        raise UserError(
+            f"calibration set {name!r}: {samples} samples is more than the "
+            f"{defaults.MAX_CALIB_SAMPLES:,} kqe cuts: lower the samples"
         )
     context = model_context(model.folder)
     if context is not None and seq_len > context:
@@ -342,9 +348,8 @@ def _too_many_samples(
     cutter: WindowCutter, ids: dict[str, list[int]], mix: dict[str, float], samples: int
 ) -> UserError:
     capacity = {lang: cutter.capacity(ids[lang], lang) for lang, share in mix.items() if share > 0}
-    fits = (
-        n for n in range(samples - 1, 0, -1) if all(allocate(n, mix)[g] <= c for g, c in capacity.items())
-    )
+    start = min(samples - 1, sum(capacity.values()))  # no more samples fit than windows exist
+    fits = (n for n in range(start, 0, -1) if all(allocate(n, mix)[g] <= c for g, c in capacity.items()))
     most = next(fits, 0)
     shown = ", ".join(f"{lang}: {count} windows" for lang, count in capacity.items())
     return UserError(

@@ -79,7 +79,13 @@ class CalibrateConfig(Record):
     show_default=True,
     help="ko100, ko70, en100 or e.g. ko=0.7,en=0.3.",
 )
-@click.option("--samples", default=defaults.CALIB_SAMPLES, show_default=True, help="Number of samples.")
+@click.option(
+    "--samples",
+    default=defaults.CALIB_SAMPLES,
+    show_default=True,
+    type=click.IntRange(min=1, max=defaults.MAX_CALIB_SAMPLES),
+    help="Number of samples.",
+)
 @click.option(
     "--seq-len", default=defaults.CALIB_SEQ_LEN, show_default=True, help="Tokens per sample (model tokens)."
 )

@@ -110,7 +110,11 @@ class QuantizeConfig(Record):
     help="Calibration mix for schemes that need one.",
 )
 @click.option(
-    "--calib-samples", default=defaults.CALIB_SAMPLES, show_default=True, help="Calibration samples."
+    "--calib-samples",
+    default=defaults.CALIB_SAMPLES,
+    show_default=True,
+    type=click.IntRange(min=1, max=defaults.MAX_CALIB_SAMPLES),
+    help="Calibration samples.",
 )
 @click.option(
     "--calib-seq-len",

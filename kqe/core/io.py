@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -32,17 +33,43 @@ def sha256_of(data: str | bytes) -> str:
     return hashlib.sha256(data.encode("utf-8") if isinstance(data, str) else data).hexdigest()
 
 
-def read_text(path: Path, what: str) -> str:
-    """The UTF-8 text of `path` (a byte-order mark dropped); UserError naming `what` when it is absent,
-    a folder, unreadable or not text."""
-    try:
-        data = path.read_bytes()
+MAX_READ_BYTES = 64 * 2**20
+"""The most kqe reads of a file it is given (a leaderboard, a per-item or answer file, a config, a
+recipe table): far above any it writes, and a bound on what a mistaken `/dev/zero` can cost."""
+
+
+def read_bytes(path: Path, what: str) -> bytes:
+    """The bytes of the regular file `path`, at most MAX_READ_BYTES; UserError naming `what` when it is
+    absent, a folder, not a regular file (a device, a FIFO: never waited on), larger, or unreadable."""
+    try:  # O_NONBLOCK: opening a FIFO does not wait for a writer
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise UserError(f"{what} {path} not found: pass an existing file") from None
-    except IsADirectoryError:
-        raise UserError(f"{what} {path} is a folder: pass the file itself") from None
     except OSError as err:
         raise UserError(f"{what} {path} cannot be read: {err.strerror}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise UserError(f"{what} {path} is a folder: pass the file itself")
+        raise UserError(f"{what} {path} is not a regular file (a device, FIFO or socket): pass a file")
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            data = handle.read(MAX_READ_BYTES + 1)
+        except OSError as err:
+            raise UserError(f"{what} {path} cannot be read: {err.strerror}") from None
+    if len(data) > MAX_READ_BYTES:
+        raise UserError(
+            f"{what} {path} is larger than {MAX_READ_BYTES // 2**20} MiB, the most kqe reads: "
+            "is it the right file?"
+        )
+    return data
+
+
+def read_text(path: Path, what: str) -> str:
+    """The UTF-8 text of `path` (a byte-order mark dropped); UserError naming `what` when it is absent,
+    a folder, not a regular file, too large (`read_bytes`), unreadable or not text."""
+    data = read_bytes(path, what)
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
