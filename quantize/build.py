@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kqe.core.errors import UserError
-from kqe.core.io import read_record, sha256_file, write_atomic, write_record
+from kqe.core.io import read_record, refuse_link, sha256_file, write_atomic, write_record
 from kqe.core.modelstore import LocalModel
 from kqe.core.records import SCHEMA_VERSION, CalibrationSet, Checkpoint, content_hash, package_versions
 from kqe.core.schemes import BASE_SCHEME, SchemeInfo, scheme_info
@@ -105,6 +105,7 @@ def _planned_build(
     if info.needs_calibration and calib is None:
         raise UserError(f"{scheme} needs a calibration set: pass --calibration (e.g. ko70)")
     check_recipe(base.folder, recipe, f"{name} of {base.name}")
+    refuse_link(ws.checkpoints(base.name))  # before the base's weights are hashed into it
     versions = package_versions(AUTOAWQ_PACKAGES if info.builder == "autoawq" else PACKAGES)
     key = content_hash(
         {

@@ -31,7 +31,6 @@ _REPO = Path(__file__).resolve().parents[1]
 @contextlib.contextmanager
 def build_lock(path: Path, name: str) -> Iterator[None]:
     """Exclusive lock on `path` for one build; another process building the same key waits."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     with open_writable(path, append=True) as handle:  # a link planted at the lock's name is not followed
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

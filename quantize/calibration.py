@@ -27,7 +27,7 @@ from kqe.core import defaults
 from kqe.core.chat import Framing, chat_framing
 from kqe.core.errors import UserError
 from kqe.core.hangul import hangul_letters
-from kqe.core.io import read_record, sha256_of, write_atomic, write_record
+from kqe.core.io import read_record, refuse_link, sha256_of, write_atomic, write_record
 from kqe.core.modelstore import LocalModel
 from kqe.core.records import CalibrationSet, SourceFile, content_hash
 from kqe.core.workspace import Workspace, safe_name
@@ -158,10 +158,10 @@ def build_calibration_set(
     asked = _Asked(name, mix, samples, seq_len, seed, model.folder, chat_template, allow_contamination)
     check_mix(mix, name)
     check_lengths(model, samples, seq_len, name)
+    folder = refuse_link(ws.calibration(model.name)) if out_dir is None else out_dir  # before any cut
     texts = _source_texts(ws, sources, mix, name)
     guard = None if allow_contamination or not eval_items else ContaminationGuard(eval_items)
     key = _set_key(asked, texts, guard)
-    folder = ws.calibration(model.name) if out_dir is None else out_dir
     record_path, samples_path = (
         folder / f"{safe_name(name)}-{key}.json",
         folder / f"{safe_name(name)}-{key}.jsonl",
@@ -269,10 +269,16 @@ def _load_tokenizer(tokenizer_dir: Path) -> Any:
 
 
 def check_lengths(model: LocalModel, samples: int, seq_len: int, name: str) -> None:
-    """Samples and sequence length are positive, and the length fits the model's context."""
+    """Samples (at most MAX_CALIB_SAMPLES) and sequence length are positive, and the length fits the
+    model's context."""
     if samples < 1 or seq_len < 16:
         raise UserError(
             f"calibration set {name!r}: need samples ≥ 1, seq_len ≥ 16 (got {samples}, {seq_len})"
+        )
+    if samples > defaults.MAX_CALIB_SAMPLES:
+        raise UserError(
+            f"calibration set {name!r}: {samples} samples is more than the "
+            f"{defaults.MAX_CALIB_SAMPLES:,} kqe cuts: lower the samples"
         )
     context = model_context(model.folder)
     if context is not None and seq_len > context:
@@ -343,9 +349,8 @@ def _too_many_samples(
     cutter: WindowCutter, ids: dict[str, list[int]], mix: dict[str, float], samples: int
 ) -> UserError:
     capacity = {lang: cutter.capacity(ids[lang], lang) for lang, share in mix.items() if share > 0}
-    fits = (
-        n for n in range(samples - 1, 0, -1) if all(allocate(n, mix)[g] <= c for g, c in capacity.items())
-    )
+    start = min(samples - 1, sum(capacity.values()))  # no more samples fit than windows exist
+    fits = (n for n in range(start, 0, -1) if all(allocate(n, mix)[g] <= c for g, c in capacity.items()))
     most = next(fits, 0)
     shown = ", ".join(f"{lang}: {count} windows" for lang, count in capacity.items())
     return UserError(

@@ -24,16 +24,38 @@ Case = tuple[tuple[str, ...], tuple[str, ...]]
 BOARD_INPUTS = [
     "binary.csv", "latin1.csv", "nul.csv", "empty.csv", "header-only.csv", "not-csv.csv", "dup-row.csv",
     "nan-ci.csv", "inf-cell.csv", "word-in-number.csv", "mixed-schema.csv", "short-row.csv", "long-row.csv",
-    "a-folder.csv", "dangling.csv", "missing.csv",
+    "a-folder.csv", "dangling.csv", "missing.csv", "a-fifo.csv", "huge.csv", "/dev/zero",
 ]  # fmt: skip
+NOT_READ = {
+    "a-fifo.csv": "not a regular file",
+    "huge.csv": "larger than 64 MiB",
+    "/dev/zero": "not a regular file",
+}
+"""Inputs no reader may read whole (or wait on), and what it says instead."""
 ITEM_FILES = (
     "bad.jsonl", "not-items.jsonl", "nan-items.jsonl", "array.jsonl", "empty.jsonl", "a-folder.csv",
-    "missing.jsonl",
+    "missing.jsonl", "a-fifo.csv", "huge.csv", "/dev/zero",
 )  # fmt: skip
 RECIPE_FILES = (
     "recipes-binary.toml", "recipes-latin1.toml", "recipes-wrong-type.toml", "recipes-not-table.toml",
-    "recipes-bad-syntax.toml", "a-folder.csv", "missing.toml",
+    "recipes-bad-syntax.toml", "a-folder.csv", "missing.toml", "a-fifo.csv", "/dev/zero",
 )  # fmt: skip
+
+
+def at(name: str) -> str:
+    """A bad input by name: a file of `{d}`, or an absolute path (a device) as it is."""
+    return name if name.startswith("/") else f"{{d}}/{name}"
+
+
+def naming(name: str) -> tuple[str, ...]:
+    """What the one line of error about the bad input `name` must say: its name (and, for one that is
+    never read whole, why)."""
+    return (name, NOT_READ[name]) if name in NOT_READ else (name,)
+
+
+LM_X = ("--tasks", "lm-eval:x")
+HUGE_COUNTS = ("65537", "1000000000", "9223372036854775807", "99999999999999999999999")
+"""Sample counts above the most kqe cuts (2^16), up to past 2^64: refused at once, never counted down."""
 GOOD = ("--leaderboard", "{d}/good.csv", "--gpu", "rtx4090")
 PLAN = ("plan", "--model", "gemma3-270m", "--gpu", "rtx4090")
 PLAN_14B = ("plan", "--model", "qwen2.5-14b")
@@ -69,7 +91,7 @@ EVAL: list[Case] = [
     (("eval", "--model", "{tiny}", "--rag-conditions", "retrieved,orcale"),
      ("--rag-conditions", "orcale", "retrieved,oracle,depth,closed_book")),
     (("eval", "--model", "{tiny}", "--rag-conditions", ","), ("--rag-conditions", "names no condition")),
-    *[(dry_run("--recipes", f"{{d}}/{name}", "--schemes", "bf16,mine"), (name,)) for name in RECIPE_FILES],
+    *[(dry_run("--recipes", at(name), "--schemes", "bf16,mine"), naming(name)) for name in RECIPE_FILES],
     (dry_run("--extra", "{d}/missing-extra"), ("missing-extra",)),
     (dry_run("--extra", "hf:org/name"), ("hf:org/name", "revision")),
     (dry_run("--extra", "{d}/extra-broken-json"), ("extra-broken-json", "config.json")),
@@ -93,6 +115,9 @@ EVAL: list[Case] = [
     (("eval", "--model", "{tiny}", "--tasks", "lm-eval:kobest_copa"), ("skt/kobest_v1 (copa)", "offline")),
     (("eval", "--model", "{tiny}", "--include-path", "{d}/models/not-a-model", "--tasks", "lm-eval:x"),
      ("no *.yaml",)),
+    *[(dry_run("--calib-samples", count), ("--calib-samples", count, "65536")) for count in HUGE_COUNTS],
+    (dry_run("--include-path", "/", *LM_X), ("--include-path /", "for a folder of task YAMLs")),
+    (dry_run("--include-path", "{d}/deep-tasks", *LM_X), ("deep-tasks", "too deep", "more than 8 deep")),
 ]  # fmt: skip
 CALIBRATE_TINY = (
     "calibrate",
@@ -119,6 +144,7 @@ CALIBRATE: list[Case] = [
     ((*CALIBRATE_TINY, "--seq-len", "4096"),
      ("--seq-len 4096 is above the context of tiny-llama (2048 tokens)",)),
     ((*CALIBRATE_TINY, "--sources", "kobill-holdout"), ("held out for perplexity",)),
+    *[(("calibrate", "--model", "{tiny}", "--samples", n), ("--samples", "65536")) for n in HUGE_COUNTS],
 ]  # fmt: skip
 QUANTIZE: list[Case] = [
     (("quantize", "--model", "{tiny}", "--scheme", "nope"), ("nope", "fp8-dynamic")),
@@ -137,6 +163,8 @@ QUANTIZE: list[Case] = [
     (("quantize", "--model", "{tiny}", "--extra", "{d}/extra-broken-json"), ("extra-broken-json",)),
     (("quantize", "--model", "{tiny}", "--scheme", "mine", "--recipes", "{d}/recipes-binary.toml"),
      ("recipes-binary.toml",)),
+    *[(("quantize", "--model", "{tiny}", "--scheme", "awq-w4a16", "--calib-samples", count),
+       ("--calib-samples", "65536")) for count in HUGE_COUNTS],
 ]  # fmt: skip
 PLAN_CASES: list[Case] = [
     (("plan", "--model", "gemma3-270m", "--gpu", "rtx9999"), ("rtx9999", "rtx4090")),
@@ -186,7 +214,7 @@ LOAD: list[Case] = [
 CHOOSE: list[Case] = [
     (("choose", "--leaderboard", "{d}/models/leaderboard.csv", "--gpu", "rtx4090"), ("leaderboard.csv",)),
     (("choose", "--leaderboard", "missing.csv", "--gpu", "rtx4090"), ("missing.csv", "make eval")),
-    *[(("choose", "--leaderboard", f"{{d}}/{name}", "--gpu", "rtx4090"), (name,)) for name in BOARD_INPUTS],
+    *[(("choose", "--leaderboard", at(name), "--gpu", "rtx4090"), naming(name)) for name in BOARD_INPUTS],
     (("choose", *GOOD, "--max-loss", "nan"), ("--max-loss",)),
     (("choose", *GOOD, "--max-loss", "-1"), ("--max-loss",)),
     (("choose", *GOOD, "--task", "hellaswag"), ("hellaswag",)),
@@ -196,12 +224,17 @@ CHOOSE: list[Case] = [
 ]  # fmt: skip
 DIFF: list[Case] = [
     (("diff", "missing-a.csv", "missing-b.csv"), ("missing-a.csv",)),
-    *[(("diff", f"{{d}}/{name}", "{d}/good.csv"), (name,)) for name in BOARD_INPUTS],
+    *[(("diff", at(name), "{d}/good.csv"), naming(name)) for name in BOARD_INPUTS],
 ]  # fmt: skip
 REPORT: list[Case] = [
     (("report",), ("--leaderboard",)),
-    *[(("report", "--leaderboard", f"{{d}}/{name}"), (name,)) for name in BOARD_INPUTS],
+    *[(("report", "--leaderboard", at(name)), naming(name)) for name in BOARD_INPUTS],
     (("report", "--leaderboard", "{d}/other-model.csv"), ("other-model.csv", "models")),
+    (("report", "--leaderboard", "{d}/good.csv"), ("good.csv", "not in a run folder", "--out DIR")),
+    (("report", "--leaderboard", "/dev/stdin"), ("/dev/stdin", "not a regular file")),
+    (("report", "--leaderboard", "{d}/good.csv", "--out", "{d}/good.csv"), ("--out", "good.csv", "a file")),
+    (("report", "--leaderboard", "{d}/good.csv", "--out", "{d}/models"),
+     ("--out", "models", "files kqe did not write")),
 ]  # fmt: skip
 COMPARE: list[Case] = [
     (("compare", "missing.jsonl", "missing2.jsonl"), ("missing.jsonl",)),
@@ -210,7 +243,7 @@ COMPARE: list[Case] = [
     (("compare", "{d}/base.jsonl", "{d}/same-items.jsonl", "--margin", "0"), ("margin 0", "--margin 1.0")),
     (("compare", "{d}/base.jsonl", "{d}/same-items.jsonl", "--margin", "-1"), ("margin -1", "--margin")),
     (("compare", "{d}/base.jsonl", "{d}/csv-rows.jsonl"), ("csv-rows.jsonl:1", "task, item_id and correct")),
-    *[(("compare", f"{{d}}/{name}", "{d}/not-items.jsonl"), (name,)) for name in ITEM_FILES],
+    *[(("compare", at(name), "{d}/not-items.jsonl"), naming(name)) for name in ITEM_FILES],
     (("compare", "{d}/not-items.jsonl", "{d}/not-items.jsonl", "--margin", "nan"), ("--margin",)),
     (("compare", "{d}/not-items.jsonl", "{d}/not-items.jsonl", "--margin", "-5"), ("--margin",)),
 ]  # fmt: skip
@@ -229,9 +262,12 @@ RAG_SCORE: list[Case] = [
     (("rag", "score", "nowhere.jsonl", *RAG_DATA), ("nowhere.jsonl not found",)),
     (("rag", "score", "{d}/rag-answers/good/answers.jsonl", "--rag-data", "{d}/no"),
      ("docs.jsonl not found",)),
+    *[(("rag", "score", at(name), *RAG_DATA), naming(name)) for name in NOT_READ],
 ]  # fmt: skip
 TASKS: list[Case] = [
     (("tasks", "--include-path", "{d}/models/not-a-model"), ("--include-path", "no *.yaml")),
+    (("tasks", "--include-path", "/"), ("--include-path /", "for a folder of task YAMLs")),
+    (("tasks", "--include-path", "{d}/deep-tasks"), ("deep-tasks", "too deep", "more than 8 deep")),
 ]
 MODELS: list[Case] = [
     (("models", "extra-arg"), ("extra-arg",)),

@@ -7,6 +7,7 @@ outside files are intact byte for byte (and that nothing new appeared there).
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -18,9 +19,9 @@ from evals.serving.serve import VllmServer, local_profile
 from kqe.commands.console import run_guarded
 from kqe.commands.report import report_command
 from kqe.core.errors import UserError
-from kqe.core.io import open_writable, write_atomic, write_record
+from kqe.core.io import open_writable, owned_folder, write_atomic, write_record
 from kqe.core.workspace import Workspace
-from tests.helpers.cli import assert_one_line_error
+from tests.helpers.cli import assert_one_line_error, invoke_kqe
 from tests.helpers.leaderboard_rows import rows, run_summary, write_board
 
 
@@ -105,6 +106,103 @@ def test_a_file_where_an_output_folder_belongs_is_one_line(board: Path) -> None:
     result = CliRunner().invoke(report_command, ["--leaderboard", str(board)])
     assert_one_line_error(result, f"cannot make the folder {board.parent / 'plots'}")
     assert (board.parent / "plots").read_bytes() == b"mine"
+
+
+def test_report_writes_only_into_a_folder_of_kqe_or_the_out_folder(tmp_path: Path) -> None:
+    mine = tmp_path / "my-notes"
+    mine.mkdir()
+    write_leaderboard(mine / "leaderboard.csv", rows())
+    (mine / "report.md").write_bytes(b"# my own report\n")
+    before = {path: path.read_bytes() for path in mine.iterdir()}
+    refused = CliRunner().invoke(report_command, ["--leaderboard", str(mine / "leaderboard.csv")])
+    assert_one_line_error(refused, "not in a run folder of kqe", "--out DIR")
+    out = tmp_path / "report-out"
+    for _ in range(2):  # a new folder, then the folder kqe wrote its report into
+        done = CliRunner().invoke(
+            report_command, ["--leaderboard", str(mine / "leaderboard.csv"), "--out", str(out)]
+        )
+        assert done.exit_code == 0, done.output
+    assert (out / "report.md").is_file() and sorted(p.name for p in out.iterdir())[0] == ".report-files.json"
+    assert {path: path.read_bytes() for path in mine.iterdir()} == before  # nothing added, nothing replaced
+
+
+def test_report_never_replaces_a_report_md_it_did_not_write(board: Path) -> None:
+    theirs = board.parent / "report.md"
+    theirs.write_bytes(b"# written by hand\n")
+    result = CliRunner().invoke(report_command, ["--leaderboard", str(board)])
+    assert_one_line_error(result, f"{theirs} was not written by kqe", "--out DIR")
+    assert theirs.read_bytes() == b"# written by hand\n"
+    assert not (board.parent / "plots").exists() and not (board.parent / "cards").exists()
+    theirs.unlink()
+    for _ in range(2):  # its own report.md, recorded by the .report-files.json beside it, is replaced
+        done = CliRunner().invoke(report_command, ["--leaderboard", str(board)])
+        assert done.exit_code == 0, done.output
+
+
+TINY = ("--model", "{tiny}")
+LINKED_FOLDERS = {
+    "calibrate": ("calibration_data/tiny-llama", ("calibrate", *TINY, "--seq-len", "64")),
+    "quantize": ("{home}/checkpoints/tiny-llama", ("quantize", *TINY, "--scheme", "w4a16-rtn")),
+    "quantize-awq": ("calibration_data/tiny-llama", ("quantize", *TINY, "--scheme", "awq-w4a16")),
+    "eval-results": ("results/tiny-llama", ("eval", *TINY, "--dry-run")),
+    "eval-checkpoints": ("{home}/checkpoints/tiny-llama", ("eval", *TINY, "--dry-run")),
+    "eval-calibration": ("calibration_data/tiny-llama", ("eval", *TINY, "--dry-run")),
+}  # fmt: skip
+"""A folder kqe writes for the model, made a link to a folder outside, and a command that would write
+there: the link named, nothing written, before any work."""
+
+
+@pytest.mark.parametrize(("linked", "args"), LINKED_FOLDERS.values(), ids=list(LINKED_FOLDERS))
+def test_a_linked_folder_below_a_root_is_refused_before_any_work(
+    linked: str,
+    args: tuple[str, ...],
+    tmp_path: Path,
+    tiny_model_dir: Path,
+    home_with_sources: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    outside, files = outside_tree(tmp_path)
+    home, project = tmp_path / "home", tmp_path / "project"
+    shutil.copytree(home_with_sources, home)
+    project.mkdir()
+    link = Path(linked.replace("{home}", str(home)))
+    link = link if link.is_absolute() else project / link
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(outside, target_is_directory=True)
+    filled = [arg.replace("{tiny}", str(tiny_model_dir)) for arg in args]
+    result = invoke_kqe(monkeypatch, home, project, filled)
+    assert_one_line_error(result, f"{link} is a symbolic link", "remove the link")
+    assert_intact(outside, files)
+
+
+def test_a_link_deeper_below_a_root_is_refused_and_the_roots_may_be_links(tmp_path: Path) -> None:
+    outside, files = outside_tree(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "results").mkdir(parents=True)
+    (elsewhere / "home").mkdir()
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "results").symlink_to(elsewhere / "results", target_is_directory=True)
+    (tmp_path / "home").symlink_to(elsewhere / "home", target_is_directory=True)
+    ws = Workspace(root=project, cache=tmp_path / "home", serve_venv=tmp_path / "venv")
+    write_atomic(ws.results("m") / "run.json", "{}")  # through the linked roots: the user's choice
+    write_atomic(ws.checkpoints("m") / "bf16-x.json", "{}")
+    assert (elsewhere / "results" / "m" / "run.json").is_file()
+    assert (elsewhere / "home" / "checkpoints" / "m" / "bf16-x.json").is_file()
+    (ws.results("m") / "items").symlink_to(outside, target_is_directory=True)
+    (ws.checkpoints("m") / "w4a16-rtn-x").symlink_to(outside, target_is_directory=True)
+    items, build = ws.results("m") / "items", ws.checkpoints("m") / "w4a16-rtn-x"
+    writes = [
+        (items, lambda: write_atomic(items / "bf16.jsonl", "x")),
+        (items, lambda: write_atomic(items / "deeper" / "bf16.jsonl", "x")),
+        (build, lambda: open_writable(build / "build.log")),
+        (build, lambda: owned_folder(build / "sub" / "deeper")),
+    ]
+    for link, write in writes:
+        with pytest.raises(UserError, match="remove the link") as refused:
+            write()
+        assert str(refused.value).startswith(f"{link} is a symbolic link")
+    assert_intact(outside, files)
 
 
 def test_writes_refuse_a_link_at_the_file(tmp_path: Path) -> None:

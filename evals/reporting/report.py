@@ -49,9 +49,8 @@ def read_run_summary(board: Path) -> RunSummary | None:
         ) from None
 
 
-def write_report(board: Path) -> Path:
-    """Write `report.md`, `plots/*.png` and `cards/<checkpoint>.md` beside the leaderboard; return
-    the report's path."""
+def read_board(board: Path) -> list[LeaderboardRow]:
+    """The rows of one model's leaderboard; one-line error when it holds several models."""
     rows = read_leaderboard(board)
     models = sorted({row.model for row in rows})
     if len(models) != 1:
@@ -59,8 +58,18 @@ def write_report(board: Path) -> Path:
             f"{board} holds {len(models)} models ({', '.join(models)}): report on one model's "
             "results/<model>/leaderboard.csv"
         )
-    run = read_run_summary(board)
-    out = board.parent
+    return rows
+
+
+def write_report(board: Path) -> Path:
+    """Write `report.md`, `plots/*.png` and `cards/<checkpoint>.md` beside the leaderboard (a run's
+    own folder); return the report's path."""
+    return render_report(read_board(board), read_run_summary(board), board.parent)
+
+
+def render_report(rows: Sequence[LeaderboardRow], run: RunSummary | None, out: Path) -> Path:
+    """Write the report of one model's `rows` (with its run summary, when there is one) into `out`, a
+    folder kqe owns (`evals/reporting/report_folder.py`); return the report's path."""
     for folder in ("plots", "cards"):  # links there are refused, not followed
         owned_folder(out / folder)
     plots = (  # a run of ko_rag alone has no accuracy task to plot: its section is a table
@@ -75,7 +84,7 @@ def write_report(board: Path) -> Path:
     if figures.calibration_groups(rows):
         plots["calibration"] = figures.calibration_figure(rows)
     pngs = {name: figures.write_png(fig, out / "plots" / f"{name}.png") for name, fig in plots.items()}
-    spec = _registry_spec(models[0])
+    spec = _registry_spec(rows[0].model)
     built = {c.name: c for c in run.checkpoints} if run else {}
     cards = {}
     shown = [markdown_row(row) for row in rows]  # names and statuses may come from anyone's CSV

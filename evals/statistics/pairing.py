@@ -17,6 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError
 
 from kqe.core.errors import UserError
+from kqe.core.io import read_text
 
 log = logging.getLogger(__name__)
 
@@ -80,12 +81,7 @@ def read_items(path: Path) -> dict[str, list[ScoredItem]]:
 
     A torn last line (a crash mid-write) is dropped with a warning, as the pipeline's reader does.
     """
-    if not path.is_file():
-        raise UserError(f"per-item file {path} not found: pass an existing JSON Lines file of scored items")
-    try:
-        lines = path.read_text(encoding="utf-8").split("\n")
-    except UnicodeDecodeError:
-        raise UserError(f"{path} is not UTF-8 text: pass a JSON Lines per-item file") from None
+    lines = read_text(path, "per-item file").split("\n")  # bounded; never a FIFO or device
     while lines and not lines[-1].strip():
         lines.pop()
     grouped: dict[str, list[ScoredItem]] = {}

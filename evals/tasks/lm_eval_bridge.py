@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import functools
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,11 @@ GENERATION = "generate_until"
 OUTPUT_TYPES = (MULTIPLE_CHOICE, GENERATION)
 """The lm-eval output types the suite scores."""
 NOT_SCORABLE_METRICS = ("code_eval", "pass_at_k", "pass@k", "judge")
+MAX_INCLUDE_ENTRIES = 50_000
+"""The most files and folders `--include-path` may hold: lm-eval indexes all of it, and a folder of
+task YAMLs holds hundreds (lm-eval 0.4's own task tree: about 17,600), not a disk's worth."""
+MAX_INCLUDE_DEPTH = 8
+"""The most folders deep below `--include-path` a task YAML may lie (lm-eval's own tree: 5)."""
 """Metric names (or parts of them) that need code execution or an external judge: refused."""
 
 
@@ -71,11 +77,33 @@ def check_include_path(include_path: str | None) -> Path | None:
     path = Path(include_path).expanduser()
     if not path.is_dir():
         raise UserError(f"--include-path {include_path}: not a folder; give a folder of lm-eval task YAMLs")
-    if not any(path.rglob("*.yaml")) and not any(path.rglob("*.yml")):
+    if not _yaml_files(path, include_path):
         raise UserError(
             f"--include-path {include_path}: no *.yaml task files in it; put lm-eval task YAMLs there"
         )
     return path.resolve()
+
+
+def _yaml_files(path: Path, given: str) -> int:
+    """How many `*.yaml`/`*.yml` files the include folder holds, walked as lm-eval walks it (links not
+    followed); UserError, before lm-eval indexes it, when it is larger or deeper than an include
+    folder is (`MAX_INCLUDE_ENTRIES`, `MAX_INCLUDE_DEPTH`)."""
+    found = entries = 0
+    for folder, dirs, files in os.walk(path):
+        entries += len(dirs) + len(files)
+        if entries > MAX_INCLUDE_ENTRIES:
+            raise UserError(
+                f"--include-path {given}: too large for a folder of task YAMLs (more than "
+                f"{MAX_INCLUDE_ENTRIES:,} files and folders, all of which lm-eval would index): give the "
+                "folder of your task YAMLs"
+            )
+        if dirs and len(Path(folder).relative_to(path).parts) >= MAX_INCLUDE_DEPTH:
+            raise UserError(
+                f"--include-path {given}: too deep for a folder of task YAMLs (folders more than "
+                f"{MAX_INCLUDE_DEPTH} deep: {folder}): give the folder of your task YAMLs"
+            )
+        found += sum(name.endswith((".yaml", ".yml")) for name in files)
+    return found
 
 
 @functools.lru_cache(maxsize=4)

@@ -79,7 +79,13 @@ class CalibrateConfig(Record):
     show_default=True,
     help="ko100, ko70, en100 or e.g. ko=0.7,en=0.3.",
 )
-@click.option("--samples", default=defaults.CALIB_SAMPLES, show_default=True, help="Number of samples.")
+@click.option(
+    "--samples",
+    default=defaults.CALIB_SAMPLES,
+    show_default=True,
+    type=click.IntRange(min=1, max=defaults.MAX_CALIB_SAMPLES),
+    help="Number of samples.",
+)
 @click.option(
     "--seq-len", default=defaults.CALIB_SEQ_LEN, show_default=True, help="Tokens per sample (model tokens)."
 )
@@ -132,6 +138,7 @@ def calibrate_command(**options: Any) -> None:
 def build(cfg: CalibrateConfig) -> CalibrationSet:
     """Check the cheap inputs first, then read the evaluation items, then build (or reuse) the set."""
     from evals.tasks.prompts import load_prompts, prepare_tasks
+    from kqe.core.io import refuse_link
     from kqe.core.modelstore import local_model
     from kqe.core.registry import resolve_model
     from kqe.core.workspace import Workspace
@@ -147,6 +154,8 @@ def build(cfg: CalibrateConfig) -> CalibrationSet:
     label = mix_label(cfg.mix)
     sources = named_sources(list(cfg.sources)) if cfg.sources else None
     base = local_model(resolve_model(cfg.model, ws), ws)
+    if cfg.out is None:  # a link in the way: said before the items are read (an --out is the user's)
+        refuse_link(ws.calibration(base.name))
     check_lengths(base, cfg.samples, cfg.seq_len, label)
     items: list[str] = []
     if not cfg.allow_contamination:

@@ -56,7 +56,7 @@ from kqe.core.workspace import Workspace
     "--calib-samples",
     default=defaults.CALIB_SAMPLES,
     show_default=True,
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=defaults.MAX_CALIB_SAMPLES),
     help=option_help("calib_samples"),
 )
 @click.option(

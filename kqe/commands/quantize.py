@@ -110,7 +110,11 @@ class QuantizeConfig(Record):
     help="Calibration mix for schemes that need one.",
 )
 @click.option(
-    "--calib-samples", default=defaults.CALIB_SAMPLES, show_default=True, help="Calibration samples."
+    "--calib-samples",
+    default=defaults.CALIB_SAMPLES,
+    show_default=True,
+    type=click.IntRange(min=1, max=defaults.MAX_CALIB_SAMPLES),
+    help="Calibration samples.",
 )
 @click.option(
     "--calib-seq-len",
@@ -162,6 +166,7 @@ def quantize(cfg: QuantizeConfig) -> tuple[Checkpoint, str]:
     ws = Workspace.from_env()
     profile = local_profile(cfg.profile, ws)
     base = local_model(resolve_model(cfg.model, ws), ws)
+    ws.check_writable(base.name)  # a link where its calibration set or checkpoint goes: before any work
     device = hardware.local_device(ws.serve_venv)
     if cfg.scheme is not None:
         ckpt = _build(cfg, cfg.scheme, ws, base, hardware.native_dtype_on(device))

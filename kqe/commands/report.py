@@ -18,13 +18,21 @@ from kqe.commands.console import echo, run_guarded
     type=click.Path(path_type=Path),
     help="A model's leaderboard, results/<model>/leaderboard.csv (run.json beside it adds detail).",
 )
-def report_command(board: Path) -> None:
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Folder for the report (new or empty) when the leaderboard is not in a run folder of kqe.",
+)
+def report_command(board: Path, out: Path | None) -> None:
     """Write results/<model>/report.md with plots (quality loss vs memory, Δ per task, flips,
-    calibration effect) and a publishable model card per built checkpoint."""
-    from evals.reporting.report import write_report
+    calibration effect) and a publishable model card per built checkpoint: into the leaderboard's
+    run folder, or into --out DIR."""
+    from evals.reporting.report import read_board, read_run_summary, render_report
+    from evals.reporting.report_folder import report_folder
 
     def action() -> None:
-        report = write_report(board)
+        rows, run = read_board(board), read_run_summary(board)
+        report = render_report(rows, run, report_folder(board, out, run))
         echo(f"report: {report}")
         for path in sorted((report.parent / "plots").glob("*.png")) + sorted(
             (report.parent / "cards").glob("*.md")

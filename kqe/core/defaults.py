@@ -9,6 +9,9 @@ CALIBRATIONS = ("ko70", "en100")
 CALIB_SAMPLES = 48
 """Calibration samples: 48 × 384 tokens keeps the default first run within the hour on a 2-core
 AVX2-only CPU, where the two AWQ builds took 19.5 min each over 64 × 384 (docs/cpu.md)."""
+MAX_CALIB_SAMPLES = 65_536
+"""The most calibration samples a set may ask for (about 1,400 times the default): a larger count is
+a typo, refused before any source is read rather than cut (or counted down) for hours."""
 CALIB_SEQ_LEN = 384
 """Tokens per calibration sample."""
 TASKS = ("kmmlu", "mmlu", "ko_rag")

@@ -3,7 +3,8 @@
 The write rule: kqe writes only files of its own output folders, and never through a symbolic link.
 A link where kqe would write (a file, or a folder it makes and owns such as `cards/` or `logs/`) is
 refused with one line instead of being followed, so nothing outside those folders is touched. The
-roots (the results folder, KQE_HOME) may be links: where they point is the user's choice.
+roots (the results folder, the calibration_data folder, KQE_HOME: `register_write_roots`) may be links:
+where they point is the user's choice; below a root, no folder on the way to what kqe writes may be.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -31,17 +33,43 @@ def sha256_of(data: str | bytes) -> str:
     return hashlib.sha256(data.encode("utf-8") if isinstance(data, str) else data).hexdigest()
 
 
-def read_text(path: Path, what: str) -> str:
-    """The UTF-8 text of `path` (a byte-order mark dropped); UserError naming `what` when it is absent,
-    a folder, unreadable or not text."""
-    try:
-        data = path.read_bytes()
+MAX_READ_BYTES = 64 * 2**20
+"""The most kqe reads of a file it is given (a leaderboard, a per-item or answer file, a config, a
+recipe table): far above any it writes, and a bound on what a mistaken `/dev/zero` can cost."""
+
+
+def read_bytes(path: Path, what: str) -> bytes:
+    """The bytes of the regular file `path`, at most MAX_READ_BYTES; UserError naming `what` when it is
+    absent, a folder, not a regular file (a device, a FIFO: never waited on), larger, or unreadable."""
+    try:  # O_NONBLOCK: opening a FIFO does not wait for a writer
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise UserError(f"{what} {path} not found: pass an existing file") from None
-    except IsADirectoryError:
-        raise UserError(f"{what} {path} is a folder: pass the file itself") from None
     except OSError as err:
         raise UserError(f"{what} {path} cannot be read: {err.strerror}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise UserError(f"{what} {path} is a folder: pass the file itself")
+        raise UserError(f"{what} {path} is not a regular file (a device, FIFO or socket): pass a file")
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            data = handle.read(MAX_READ_BYTES + 1)
+        except OSError as err:
+            raise UserError(f"{what} {path} cannot be read: {err.strerror}") from None
+    if len(data) > MAX_READ_BYTES:
+        raise UserError(
+            f"{what} {path} is larger than {MAX_READ_BYTES // 2**20} MiB, the most kqe reads: "
+            "is it the right file?"
+        )
+    return data
+
+
+def read_text(path: Path, what: str) -> str:
+    """The UTF-8 text of `path` (a byte-order mark dropped); UserError naming `what` when it is absent,
+    a folder, not a regular file, too large (`read_bytes`), unreadable or not text."""
+    data = read_bytes(path, what)
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
@@ -73,12 +101,40 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+_WRITE_ROOTS: set[Path] = set()
+"""Every registered write root, absolute (not resolved: a root that is a link stays one)."""
+
+
+def register_write_roots(*roots: Path) -> None:
+    """Declare folders kqe writes under (a workspace's results, calibration_data and KQE_HOME): each may
+    itself be a link; `refuse_link` refuses a link at any folder below one on the way to a path."""
+    _WRITE_ROOTS.update(Path(os.path.abspath(root)) for root in roots)
+
+
+def _linked_part(path: Path) -> Path | None:
+    """The first symbolic link among `path` and the folders above it below its deepest write root (only
+    `path` itself when no root holds it), or None."""
+    full = Path(os.path.abspath(path))
+    if full in _WRITE_ROOTS:
+        return None  # a root may be a link
+    roots = [root for root in _WRITE_ROOTS if full.is_relative_to(root)]
+    part = max(roots, key=lambda root: len(root.parts)) if roots else full.parent
+    for name in full.relative_to(part).parts:
+        part = part / name
+        if part.is_symlink():
+            return part
+    return None
+
+
 def refuse_link(path: Path) -> Path:
-    """`path`, unless it is a symbolic link: then a UserError (kqe never writes or deletes through one)."""
-    if path.is_symlink():
+    """`path`, unless it or a folder on the way to it below its write root is a symbolic link: then a
+    UserError naming the link (kqe never writes or deletes through one)."""
+    link = _linked_part(path)
+    if link is not None:
+        way = "" if link == Path(os.path.abspath(path)) else f" on the way to {path}"
         raise UserError(
-            f"{path} is a symbolic link: kqe writes only its own files, never through a link; "
-            "remove the link (or point the whole results folder or KQE_HOME elsewhere)"
+            f"{path if not way else link} is a symbolic link{way}: kqe writes only its own files, never "
+            "through a link; remove the link (or point the whole results folder or KQE_HOME elsewhere)"
         )
     return path
 
@@ -163,7 +219,6 @@ class JsonlAppender:
     """Appends records one line at a time, flushed, so a crash loses at most the record in flight."""
 
     def __init__(self, path: Path, keep: Iterable[BaseModel] = ()) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         # Rewrite what is kept first, so a torn tail line from an earlier crash is gone.
         write_atomic(path, "".join(r.model_dump_json() + "\n" for r in keep))
         self._handle = open_writable(path, append=True)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kqe.core.errors import UserError
+from kqe.core.io import refuse_link, register_write_roots
 
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -31,6 +32,10 @@ class Workspace:
     serve_venv: Path
     """Virtual environment holding the serving engine (`KQE_SERVE_VENV`, default `<root>/.venv-serve`)."""
 
+    def __post_init__(self) -> None:
+        # the roots may be links (the user's choice); what kqe makes below them may not
+        register_write_roots(self.root / "results", self.root / "calibration_data", self.cache)
+
     @classmethod
     def from_env(cls, root: Path | None = None) -> Workspace:
         root = (root or Path.cwd()).resolve()
@@ -43,6 +48,12 @@ class Workspace:
         the usual reason the cache looks empty)."""
         home = os.environ.get("KQE_HOME")
         return f"run `make setup` with KQE_HOME={home}, or fix KQE_HOME" if home else "run `make setup`"
+
+    def check_writable(self, model: str) -> None:
+        """Refuse, before any work, a symbolic link on the way to a folder kqe writes for `model` (its
+        results, calibration sets and checkpoints): one line naming the link, nothing written."""
+        for folder in (self.results(model), self.calibration(model), self.checkpoints(model)):
+            refuse_link(folder)
 
     def results(self, model: str) -> Path:
         return self.root / "results" / safe_name(model)

@@ -118,6 +118,7 @@ def plan_run(cfg: EvalConfig, ws: Workspace, spec: ModelSpec) -> RunPlan:
         raise UserError(f"extra {','.join(cfg.extra)!r} repeats a checkpoint name: list each folder once")
     prompts.check_tasks(list(cfg.tasks))
     prompts.check_limit(cfg.limit)
+    ws.check_writable(spec.name)  # a link in results/, calibration_data/ or the checkpoints: said now
     lm_eval_tasks(cfg)  # an unknown lm-eval task, or one not scorable, is said before any build
     if cfg.rag_data and rag_task.TASK in cfg.tasks:  # a user's ko_rag folder reads, before any build
         rag_task.load_source(ws, Path(cfg.rag_data))

@@ -1,14 +1,17 @@
 """Files a user may pass by mistake or receive from someone else: not UTF-8, binary, of the wrong kind,
-truncated, with NaN, duplicated rows, links, folders where files belong, model folders kqe must refuse."""
+truncated, with NaN, duplicated rows, links, folders where files belong, a FIFO, a file larger than kqe
+reads, a task tree too deep, model folders kqe must refuse."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
 from evals.reporting.leaderboard import write_leaderboard
 from evals.reporting.leaderboard_row import LEADERBOARD_SCHEMA_VERSION as NOW
+from kqe.core.io import MAX_READ_BYTES
 from tests.helpers.leaderboard_rows import rows
 
 
@@ -59,6 +62,12 @@ def write_cases(root: Path, tiny: Path) -> None:
             path.write_text(data, encoding="utf-8")
     (root / "a-folder.csv").mkdir()
     (root / "dangling.csv").symlink_to(root / "nowhere.csv")
+    os.mkfifo(root / "a-fifo.csv")  # nobody writes to it: a reader that opens it waits forever
+    with (root / "huge.csv").open("wb") as huge:  # sparse: one byte more than kqe reads
+        huge.truncate(MAX_READ_BYTES + 1)
+    deep = root / "deep-tasks" / "/".join("abcdefghij")
+    deep.mkdir(parents=True)
+    (deep / "task.yaml").write_text("task: deep\n", encoding="utf-8")
     model = root / "broken-config"
     shutil.copytree(tiny, model)
     (model / "config.json").write_text(

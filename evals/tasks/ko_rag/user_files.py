@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from kqe.core.errors import UserError
+from kqe.core.io import read_bytes
 
 
 class _HasId(Protocol):
@@ -31,10 +32,7 @@ _MUST = "it must be UTF-8: save it as UTF-8"
 def read_utf8(path: Path) -> str:
     """The text of `path`, which must be UTF-8 (a leading byte-order mark dropped); anything else is a
     UserError naming the file, the line of the first bad byte and the encoding it must be."""
-    try:
-        data = path.read_bytes()
-    except OSError as err:
-        raise UserError(f"{path} cannot be read ({err.strerror}): check its permissions") from None
+    data = read_bytes(path, "ko_rag file")  # bounded, and never a FIFO or device
     if data.startswith(_UTF16_MARKS):
         raise UserError(f"{path} is UTF-16 (byte-order mark {data[:2].hex()}): {_MUST}")
     if b"\0" in data:  # UTF-16 without a byte-order mark (or binary); never in UTF-8 text
@@ -60,7 +58,7 @@ def read_entries(
     """One entry per non-blank line: `parse(value, "path:line")` builds it from the line's JSON value,
     then its id must be new, then `check` may test it against other data. A missing file, a line
     that is not JSON, an id used twice or a file without entries is a UserError."""
-    if not path.is_file():
+    if not path.exists():  # a folder, a FIFO or a device is said by read_utf8
         raise UserError(f"{path} not found: a ko_rag data folder needs docs.jsonl and questions.jsonl")
     entries: list[Entry] = []
     seen: dict[str, int] = {}
