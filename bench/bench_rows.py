@@ -24,8 +24,8 @@ if TYPE_CHECKING:  # doctor_bench imports this module
     from bench.doctor_bench import Run
 
 PART_TOPICS = {
-    "scoring": "bench", "matrix": "bench", "quantize": "bench", "executor": "bench", "stats": "bench",
-    "continuation": "bench", "cpu-kinds": "cpu-kinds", "doctor": "doctor",
+    "scoring": "bench", "generation": "bench", "matrix": "bench", "quantize": "bench", "executor": "bench",
+    "stats": "bench", "continuation": "bench", "cpu-kinds": "cpu-kinds", "doctor": "doctor",
 }  # fmt: skip
 """suite_bench's parts (and continuation_bench) → the docs/performance.md topic of their rows."""
 BENCH_CSV = "results/bench.csv"

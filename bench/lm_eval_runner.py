@@ -6,8 +6,10 @@ Run by bench/scoring_bench.py as a fresh process in the environment that has the
 nothing from kqe, so that the serve venv (vLLM's pins) can run it. JOB holds: backend, model, data
 (prepared task folder), tasks (lm-eval task names), limit (first items of each, or null), runs, engine (vLLM
 engine arguments) and, for vllm, encoded (the suite's requests as token ids: the same one-token
-read done in-process with vllm.LLM, no HTTP). The model is loaded once; each run is timed alone.
-OUT gets load_s, runs_s, engine_runs_s, item_ids and preds (argmax per item of the last run).
+read done in-process with vllm.LLM, no HTTP); optionally include_path (another task folder) and
+generate (a `generate_until` task). The model is loaded once; each run is timed alone. OUT gets load_s,
+runs_s, engine_runs_s and, of the last run, item_ids and preds (argmax per item) or, for generate,
+answers (the filtered answer per task and doc id).
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ def _evaluate(lm: Any, job: dict[str, Any]) -> dict[str, Any]:
     import lm_eval
     from lm_eval.tasks import TaskManager
 
-    manager = TaskManager(include_path=str(TASKS_DIR), metadata={"kqe_task_data": job["data"]})
+    folder = job.get("include_path") or str(TASKS_DIR)
+    manager = TaskManager(include_path=folder, metadata={"kqe_task_data": job["data"]})
     results = lm_eval.simple_evaluate(
         model=lm, tasks=job["tasks"], task_manager=manager, limit=job["limit"], log_samples=True
     )
@@ -70,6 +73,25 @@ def _engine_read(lm: Any, encoded: list[dict[str, Any]]) -> float:
     return time.perf_counter() - started
 
 
+def _outcome(samples: dict[str, Any], generate: bool) -> dict[str, Any]:
+    """What the last run answered: the filtered answer per task and doc id (generation), or the items
+    and each one's argmax choice (multiple choice)."""
+    if generate:
+        answers = {
+            task: {str(s["doc_id"]): str(s["filtered_resps"][0]) for s in found}
+            for task, found in samples.items()
+        }
+        return {"answers": answers}
+    return {
+        "item_ids": {task: [s["doc"]["item_id"] for s in found] for task, found in samples.items()},
+        "preds": {
+            s["doc"]["item_id"]: max(range(len(s["resps"])), key=lambda i: float(s["resps"][i][0][0]))
+            for found in samples.values()
+            for s in found
+        },
+    }
+
+
 def main(job_path: Path, out_path: Path) -> None:
     job = json.loads(job_path.read_text(encoding="utf-8"))
     started = time.perf_counter()
@@ -84,12 +106,7 @@ def main(job_path: Path, out_path: Path) -> None:
     for _ in range(job["runs"] if job.get("encoded") else 0):
         _reset_cache(lm)
         report["engine_runs_s"].append(_engine_read(lm, job["encoded"]))
-    report["item_ids"] = {task: [s["doc"]["item_id"] for s in found] for task, found in samples.items()}
-    report["preds"] = {
-        s["doc"]["item_id"]: max(range(len(s["resps"])), key=lambda i: float(s["resps"][i][0][0]))
-        for found in samples.values()
-        for s in found
-    }
+    report |= _outcome(samples, bool(job.get("generate")))
     out_path.write_text(json.dumps(report), encoding="utf-8")
 
 

@@ -172,8 +172,10 @@ def lm_eval_backend(
     runs: int,
     profile: ServeProfile,
     encoded: list[dict[str, Any]] | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run bench/lm_eval_runner.py with `python` and return its report (with the machine's load added)."""
+    """Run bench/lm_eval_runner.py with `python` and return its report (with the machine's load added);
+    `overrides` replace the job's keys (other tasks, a limit, `generate`)."""
     engine = {
         "max_model_len": profile.max_model_len,
         "max_num_seqs": profile.max_num_seqs,
@@ -192,7 +194,7 @@ def lm_eval_backend(
         "tasks": [LM_EVAL_TASKS[task] for task in TASKS],
         "engine": engine,
         "encoded": encoded,
-    }
+    } | (overrides or {})
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     if backend == "vllm":
         # vLLM 0.32's offline progress divides by tqdm's elapsed time, which stays 0 when tqdm is off

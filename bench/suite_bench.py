@@ -1,19 +1,22 @@
 """`make bench`: the suite against what users would otherwise run, same items, model and machine.
 
     .venv/bin/python -m bench.suite_bench [--quick]
-        [--only scoring,matrix,cpu-kinds,quantize,stats,executor,doctor]
+        [--only scoring,generation,matrix,cpu-kinds,quantize,stats,executor,doctor]
 
 1. scoring speed: kqe's serve path vs `lm_eval --model hf` (target >= 3x) and vs `lm_eval --model
    vllm` in-process (target >= 0.9x), gemma3-270m bf16 (bench/scoring_bench.py);
-2. a finished matrix run again vs its first run (target < 5%), in a throwaway workspace; and a first
+2. generation speed: kqe's generation path vs `lm_eval --model local-completions` against the same
+   server at its best num_concurrent (target >= 1x) and vs `lm_eval --model hf` (target >= 3x), the
+   shipped kqe_kmmlu_hard_gen task, with filtered-answer agreement (bench/generation_bench.py);
+3. a finished matrix run again vs its first run (target < 5%), in a throwaway workspace; and a first
    run of the base on this CPU and, on a CPU with more than AVX2, on an emulated AVX2 one
    (`KQE_CPU_ISA=avx2`): the base's items/s
    (target >= 4 where the CPU has no native bf16), first-run wall time, ISA named;
-3. quantization time vs a bare llmcompressor script (target <= 1.2x; bench/quantize_bench.py);
-4. paired statistics of one run: 35k items x 8 checkpoints (target < 2 s);
-5. a three-checkpoint matrix on the local executor vs Ray with two workers (`--executor ray`), wall
+4. quantization time vs a bare llmcompressor script (target <= 1.2x; bench/quantize_bench.py);
+5. paired statistics of one run: 35k items x 8 checkpoints (target < 2 s);
+6. a three-checkpoint matrix on the local executor vs Ray with two workers (`--executor ray`), wall
    time ratio (reported, no target: on 2 cores there is little to gain). Needs the ray extra;
-6. `kqe doctor` on a 50 MB log (target < 5 s) and its peak RSS against a 5 MB log's (target < 1.2x:
+7. `kqe doctor` on a 50 MB log (target < 5 s) and its peak RSS against a 5 MB log's (target < 1.2x:
    memory bounded; bench/doctor_bench.py).
 
 Prints one table (median and min-max over the runs, the machine's load average) and writes it to
@@ -40,7 +43,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import bench_rows, doctor_bench, quantize_bench, scoring_bench, stats_bench
+from bench import bench_rows, doctor_bench, generation_bench, quantize_bench, scoring_bench, stats_bench
 from bench.suite_table import OUT, Row, spread, table, write_csv
 from evals.serving import cpu
 from kqe.core.workspace import Workspace
@@ -64,10 +67,12 @@ class Settings:
     cpu_kind_limit: int
     """Items per task of each CPU kind's first run."""
     doctor_runs: int
+    generation_items: int
+    """Documents of the generation task each generation pass answers."""
 
 
-FULL = Settings(25, 3, 2, "bf16,fp8-dynamic", 20, 3, ("fp8-dynamic", "awq-w4a16"), 5, 150, 3)
-QUICK = Settings(15, 2, 1, "bf16", 10, 2, ("fp8-dynamic",), 3, 40, 1)
+FULL = Settings(25, 3, 2, "bf16,fp8-dynamic", 20, 3, ("fp8-dynamic", "awq-w4a16"), 5, 150, 3, 40)
+QUICK = Settings(15, 2, 1, "bf16", 10, 2, ("fp8-dynamic",), 3, 40, 1, 16)
 
 
 def say(text: str = "") -> None:
@@ -99,6 +104,39 @@ def scoring_rows(ws: Workspace, settings: Settings) -> list[Row]:
         rows.append(
             Row(
                 "MC scoring, items/s", rate[ours.name], other.name, rate[other.name], target, ratio, met, note
+            )
+        )
+    return rows
+
+
+def generation_rows(ws: Workspace, settings: Settings) -> list[Row]:
+    """kqe's generation against lm-eval local-completions at its best num_concurrent (target >= 1x) and
+    lm-eval hf (target >= 3x), items/s on the same documents, with each one's answer agreement."""
+    items = settings.generation_items
+    ours, *local, hf = generation_bench.measure(ws, ws.models() / MODEL, items, settings.runs)
+    rate = {t.name: [items / s for s in t.runs_s] for t in (ours, *local, hf)}
+    best = max(local, key=lambda t: statistics.median(rate[t.name]))
+    tried = ", ".join(f"{t.name.rsplit('=', 1)[1]}: {statistics.median(rate[t.name]):.2g}" for t in local)
+    rows = []
+    for other, target, floor in ((best, ">= 1x", 1.0), (hf, ">= 3x", 3.0)):
+        ratio = statistics.median(rate[ours.name]) / statistics.median(rate[other.name])
+        same, compared = ours.agreement(other)
+        note = (
+            f"{generation_bench.TASK}, {items} items, greedy; same filtered answer on {same}/{compared}; "
+            f"load avg {spread(ours.load_avg + other.load_avg)}"
+        )
+        if other is best:
+            note += f"; items/s per num_concurrent {tried}"
+        rows.append(
+            Row(
+                "generation, items/s",
+                rate[ours.name],
+                other.name,
+                rate[other.name],
+                target,
+                ratio,
+                ratio >= floor,
+                note,
             )
         )
     return rows
@@ -269,6 +307,7 @@ def doctor_rows(ws: Workspace, settings: Settings) -> list[Row]:
 
 PARTS: dict[str, Callable[[Workspace, Settings], list[Row]]] = {
     "scoring": scoring_rows,
+    "generation": generation_rows,
     "matrix": matrix_rows,
     "cpu-kinds": cpu_kind_rows,
     "quantize": quantize_rows,
@@ -276,7 +315,7 @@ PARTS: dict[str, Callable[[Workspace, Settings], list[Row]]] = {
     "executor": executor_rows,
     "doctor": doctor_rows,
 }
-NEEDS_MODEL = {"scoring", "matrix", "cpu-kinds", "quantize", "executor"}
+NEEDS_MODEL = {"scoring", "generation", "matrix", "cpu-kinds", "quantize", "executor"}
 
 
 def main() -> None:

@@ -153,3 +153,31 @@ def test_doctor_bench_runs_become_measurements() -> None:
 def test_topics_are_the_briefs() -> None:
     assert list(TOPICS)[:3] == ["setup", "first-run", "tests"] and len(TOPICS) == 16
     assert set(bench_rows.PART_TOPICS.values()) <= set(TOPICS)
+
+
+def test_generation_rows_compare_with_the_best_concurrency_and_count_agreement(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from bench import generation_bench, suite_bench
+    from bench.generation_bench import Generated
+    from kqe.core.workspace import Workspace
+
+    answers = {doc: "A" for doc in range(4)}
+    ours = Generated("kqe generation", [2.0, 2.0, 4.0], answers)
+    local = [
+        Generated(f"lm_eval --model local-completions, num_concurrent={c}", [seconds], dict(answers))
+        for c, seconds in ((1, 8.0), (4, 1.0), (8, 3.0))
+    ]
+    hf = Generated("lm_eval --model hf", [5.0], answers | {3: "B"})
+    monkeypatch.setattr(generation_bench, "measure", lambda *args: [ours, *local, hf])
+    settings = suite_bench.QUICK
+    ws = Workspace(root=tmp_path, cache=tmp_path, serve_venv=tmp_path)
+    rows = suite_bench.generation_rows(ws, settings)
+    best, versus_hf = rows
+    assert best.versus.endswith("num_concurrent=4")  # the fastest of the API model's settings
+    assert best.ratio == pytest.approx(1.0 / 2.0) and best.met is False
+    assert versus_hf.ratio == pytest.approx(5.0 / 2.0) and versus_hf.met is False
+    assert "same filtered answer on 4/4" in best.note and "on 3/4" in versus_hf.note
+    assert best.ours == [settings.generation_items / s for s in ours.runs_s]
+    measurements = bench_rows.suite_measurements("generation", rows, True, MACHINE)
+    assert {m.topic for m in measurements} == {"bench"}
