@@ -106,6 +106,14 @@ def test_terminal_summary_has_one_aligned_line_per_checkpoint() -> None:
     ppl = {"ppl_ko_delta_pct": 3.6, "ppl_ko_delta_pct_ci_low": 2.1, "ppl_ko_delta_pct_ci_high": 5.0}
     assert "+3.6% [+2.1, +5.0]" in summary_table([rows()[0], rows()[1].model_copy(update=ppl)])[2]
     assert "same as base" not in lines[0]
+    pages = {
+        "ppl_lo_ko_delta_pct": 91.3,
+        "ppl_lo_ko_delta_pct_ci_low": 88.3,
+        "ppl_lo_ko_delta_pct_ci_high": 94.2,
+    }
+    both = summary_table([rows()[0], rows()[1].model_copy(update=ppl | pages)])
+    assert "KO ppl Δ help pages [95% CI]" in both[0]  # the set with enough pages to resolve, where measured
+    assert "+91.3% [+88.3, +94.2]" in both[2] and "+3.6%" not in both[2]
 
 
 def test_the_first_lines_say_which_items_and_the_smallest_loss_they_resolve(tmp_path: Path) -> None:

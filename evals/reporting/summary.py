@@ -17,6 +17,8 @@ from evals.reporting.report_text import cell, delta_ci
 from kqe.core.schemes import BASE_SCHEME
 from kqe.core.text import printable
 
+HELP_PAGES = "ppl_lo_ko"
+
 
 def summary_table(rows: Sequence[LeaderboardRow]) -> list[str]:
     """The rows as an aligned plain-text table (Δ and CI in accuracy points)."""
@@ -28,8 +30,9 @@ def summary_table(rows: Sequence[LeaderboardRow]) -> list[str]:
     head += [f"ko_rag F1 Δ {rag_length} [95% CI]"] if rag_length else []
     head += [f"{prefix} same as base [95% CI]" for prefix in generated]
     head += [f"{tasks[first]} verdict"] if first else []
-    head += ["KO ppl Δ [95% CI]", "weights GiB", "max conc."]
-    table = [head] + [_cells(row, list(tasks), first, rag_length, generated) for row in rows]
+    ppl = korean_perplexity(rows)
+    head += [f"KO ppl Δ{' help pages' if ppl == HELP_PAGES else ''} [95% CI]", "weights GiB", "max conc."]
+    table = [head] + [_cells(row, list(tasks), first, rag_length, generated, ppl) for row in rows]
     widths = [max(len(line[column]) for line in table) for column in range(len(head))]
     aligned = (
         "  ".join(text.ljust(width) for text, width in zip(line, widths, strict=True)) for line in table
@@ -37,8 +40,19 @@ def summary_table(rows: Sequence[LeaderboardRow]) -> list[str]:
     return [line.rstrip() for line in aligned]
 
 
+def korean_perplexity(rows: Sequence[LeaderboardRow]) -> str:
+    """The Korean perplexity set the table shows: the help pages (over a hundred pages as clusters)
+    where the run measured them, else the `ko` documents."""
+    return HELP_PAGES if any(row.ppl_lo_ko_delta_pct is not None for row in rows) else "ppl_ko"
+
+
 def _cells(
-    row: LeaderboardRow, prefixes: list[str], first: str | None, rag_length: str | None, generated: list[str]
+    row: LeaderboardRow,
+    prefixes: list[str],
+    first: str | None,
+    rag_length: str | None,
+    generated: list[str],
+    ppl_set: str,
 ) -> list[str]:
     rag = [rag_length] if rag_length else []
     if row.status != "ok":  # the reason in the last quality column (none: in the perplexity one)
@@ -52,9 +66,10 @@ def _cells(
     deltas += ["(base)" if base else retrieved_delta(row, length) for length in rag]
     deltas += ["(base)" if base else share_ci(row, f"{prefix}_same_as_base") for prefix in generated]
     verdict = [] if first is None else ["" if base else getattr(row, f"{first}_verdict") or "—"]
-    ppl = "—" if row.ppl_ko_delta_pct is None else f"{row.ppl_ko_delta_pct:+.1f}%"
-    if row.ppl_ko_delta_pct_ci_low is not None and row.ppl_ko_delta_pct_ci_high is not None:
-        ppl += f" [{row.ppl_ko_delta_pct_ci_low:+.1f}, {row.ppl_ko_delta_pct_ci_high:+.1f}]"
+    change, low, high = (getattr(row, f"{ppl_set}_delta_pct{end}") for end in ("", "_ci_low", "_ci_high"))
+    ppl = "—" if change is None else f"{change:+.1f}%"
+    if low is not None and high is not None:
+        ppl += f" [{low:+.1f}, {high:+.1f}]"
     return [
         printable(row.checkpoint),
         *deltas,
