@@ -2,40 +2,61 @@
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import os
 import sys
-from typing import Any
 
-import click
-from rich.logging import RichHandler
+try:  # kqe's imports take seconds: Ctrl-C among them is an interrupt like any other, not a traceback
+    import contextlib
+    import logging
+    import os
+    from collections.abc import Iterator
+    from typing import Any
 
-from evals.serving.cpu import CPU_ISA_EMULATION
-from kqe.commands.calibrate import calibrate_command
-from kqe.commands.choose import choose_command
-from kqe.commands.compare import compare_command
-from kqe.commands.console import console, say
-from kqe.commands.diff import diff_command
-from kqe.commands.doctor import doctor_command
-from kqe.commands.env import env_command
-from kqe.commands.eval import eval_command
-from kqe.commands.load import load_command
-from kqe.commands.models import models_command
-from kqe.commands.plan import plan_command
-from kqe.commands.quantize import quantize_command
-from kqe.commands.rag import rag_command
-from kqe.commands.report import report_command
-from kqe.commands.tasks import tasks_command
-from kqe.core.text import printable
+    import click
+    from rich.logging import RichHandler
+
+    from evals.serving.cpu import CPU_ISA_EMULATION
+    from kqe.commands.calibrate import calibrate_command
+    from kqe.commands.choose import choose_command
+    from kqe.commands.compare import compare_command
+    from kqe.commands.console import console, interrupted, say
+    from kqe.commands.diff import diff_command
+    from kqe.commands.doctor import doctor_command
+    from kqe.commands.env import env_command
+    from kqe.commands.eval import eval_command
+    from kqe.commands.load import load_command
+    from kqe.commands.models import models_command
+    from kqe.commands.plan import plan_command
+    from kqe.commands.quantize import quantize_command
+    from kqe.commands.rag import rag_command
+    from kqe.commands.report import report_command
+    from kqe.commands.tasks import tasks_command
+    from kqe.core.text import printable
+except KeyboardInterrupt:
+    sys.stderr.write("kqe: interrupted while starting; nothing was done\n")
+    sys.exit(130)
+
+
+@contextlib.contextmanager
+def _interrupt_is_one_line() -> Iterator[None]:
+    """Ctrl-C outside a command's guarded work (while options are read, modules imported, checks run)
+    exits 130 with one line, as within it (`console.interrupted`), not click's "Aborted!" and 1."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        interrupted()
 
 
 class _OneLineUsageErrors(click.Group):
     """A mistyped option or value is one line naming it, like every other kqe error (exit 2)."""
 
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        with _interrupt_is_one_line():
+            return super().make_context(*args, **kwargs)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            with _interrupt_is_one_line():
+                return super().invoke(ctx)
         except click.UsageError as exc:
             where = exc.ctx.command_path if exc.ctx else ctx.command_path
             say("kqe: error:", f"{exc.format_message()} (see `{where} --help`)")

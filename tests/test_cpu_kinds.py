@@ -65,7 +65,7 @@ def test_fp8_leaves_onednn_where_the_probe_found_its_reference_code_and_is_refus
     assert hardware.servability(facts(FP8_DYNAMIC), hardware.Device("cpu", cpu_kernels=fast), "bfloat16") == (
         hardware.Verdict(True, "native")
     )
-    assert cpu.FP8_WITHOUT_ONEDNN not in cpu.cpu_engine_env(None, fast)
+    assert cpu.cpu_engine_env(None, fast)[cpu.FP8_WITHOUT_ONEDNN] == "0"  # said: nothing inherited decides
 
 
 def test_a_w4a16_format_kqe_cannot_rebuild_is_refused_in_one_line() -> None:
@@ -84,7 +84,7 @@ def test_every_cpu_engine_gets_its_site_folder_and_an_emulated_kind_its_isa(
 ) -> None:
     monkeypatch.delenv("KQE_CPU_ISA", raising=False)
     native = cpu.cpu_engine_env(None)
-    assert list(native) == ["PYTHONPATH", "VLLM_CPU_NUM_OF_RESERVED_CPU"]
+    assert list(native) == ["PYTHONPATH", "VLLM_CPU_NUM_OF_RESERVED_CPU", "KQE_FP8_WITHOUT_ONEDNN"]
     assert native["PYTHONPATH"].endswith("evals/serving/cpu_isa")
     assert (Path(native["PYTHONPATH"]) / "sitecustomize.py").is_file()
     monkeypatch.setenv("KQE_CPU_ISA", "avx2")

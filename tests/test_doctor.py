@@ -174,7 +174,7 @@ def test_json_output_has_the_issues_keys() -> None:
 @pytest.mark.parametrize(
     ("content", "needle"),
     [
-        (None, "does not exist"),
+        (None, "not found"),
         (b"", "is empty"),
         (b" \n\t\n", "is empty"),
         (b"\x7fELF\x00\x01\x02", "binary"),
@@ -193,7 +193,7 @@ def test_missing_empty_or_binary_logs_are_one_line_errors(
 
 
 def test_a_directory_is_not_a_log(tmp_path: Path) -> None:
-    assert_one_line_error(invoke_command(doctor_command, str(tmp_path)), "is not a file")
+    assert_one_line_error(invoke_command(doctor_command, str(tmp_path)), "is a folder, not a file")
 
 
 # --- standard input, --metrics, --nvidia-smi ------------------------------------------------------

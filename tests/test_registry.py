@@ -164,7 +164,7 @@ def test_paths_that_are_not_models_say_what_is_missing(workspace: Workspace, tin
         resolve_model("./not-a-model", workspace)
     folder = workspace.root / "half"
     folder.mkdir()
-    with pytest.raises(UserError, match=r"config\.json is missing"):
+    with pytest.raises(UserError, match=r"config\.json not found: a model folder holds config\.json"):
         resolve_model(str(folder), workspace)
     shutil.copy(tiny_model_dir / "config.json", folder / "config.json")
     with pytest.raises(UserError, match=r"no \*\.safetensors"):

@@ -31,7 +31,7 @@ from evals.tasks.registry import PARALLEL_TASKS, column_prefix, fills_task_colum
 from kqe import __version__
 from kqe.core.capacity import CapacityReport
 from kqe.core.errors import UserError
-from kqe.core.io import read_text, write_atomic
+from kqe.core.io import read_text, require_file, write_atomic
 from kqe.core.records import Checkpoint, MemoryReport
 from kqe.core.results import Comparison, ScoreRun
 
@@ -291,8 +291,7 @@ def read_leaderboard(path: Path) -> list[LeaderboardRow]:
 
 def _csv_records(path: Path) -> list[dict[str, str]]:
     """The CSV's rows as dicts (a UTF-8 byte-order mark accepted); UserError for what is not a CSV."""
-    if not path.exists():
-        raise UserError(f"leaderboard {path} not found: run `make eval` first or pass an existing CSV")
+    require_file(path, "leaderboard", "run `make eval` first or pass an existing CSV")
     text = read_text(path, "leaderboard")
     try:
         records = list(csv.DictReader(io.StringIO(text, newline="")))

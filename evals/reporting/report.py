@@ -17,7 +17,7 @@ from evals.reporting.generation_report import TITLE as GENERATION_TITLE
 from evals.reporting.generation_report import generation_section
 from evals.reporting.leaderboard import read_leaderboard
 from evals.reporting.leaderboard_row import LeaderboardRow, scored_tasks
-from evals.reporting.model_card import model_card
+from evals.reporting.model_card import card_file_name, model_card
 from evals.reporting.p_values import format_p
 from evals.reporting.perplexity_report import perplexity_section
 from evals.reporting.plots import task_label
@@ -28,7 +28,6 @@ from kqe.core.io import owned_folder, write_atomic
 from kqe.core.records import ModelSpec
 from kqe.core.results import RunSummary
 from kqe.core.schemes import BASE_SCHEME
-from kqe.core.workspace import safe_name
 
 REPORT_FILES = ".report-files.json"
 """Beside the report: the cards and plots it wrote, the only files a later report may delete."""
@@ -40,7 +39,7 @@ def read_run_summary(board: Path) -> RunSummary | None:
     if not path.is_file():
         return None
     try:
-        return RunSummary.model_validate_json(path.read_text(encoding="utf-8"))
+        return RunSummary.model_validate_json(path.read_text(encoding="utf-8-sig"))
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
@@ -90,7 +89,7 @@ def render_report(rows: Sequence[LeaderboardRow], run: RunSummary | None, out: P
     shown = [markdown_row(row) for row in rows]  # names and statuses may come from anyone's CSV
     for row, safe in zip(rows, shown, strict=True):
         if row.scheme != BASE_SCHEME and (row.checkpoint in built or run is None):
-            path = out / "cards" / f"{safe_name(row.checkpoint)}.md"
+            path = out / "cards" / card_file_name(row.checkpoint)
             write_atomic(path, model_card(safe, shown, run, built.get(row.checkpoint), spec))
             cards[safe.checkpoint] = path
     # cards and plots of checkpoints an earlier report wrote, but this leaderboard lacks, would mislead

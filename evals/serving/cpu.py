@@ -177,7 +177,8 @@ def cpu_engine_env(inherited_pythonpath: str | None, kernels: CpuKernels | None 
     cores = len(os.sched_getaffinity(0))
     reserved = cores - compute_threads(cores)
     isa = emulated_isa()
-    fp8 = {FP8_WITHOUT_ONEDNN: "1"} if kernels is not None and kernels.fp8_path == "torch" else {}
+    # kqe's own switch, always said ("1" or "0"): a value inherited from the caller never decides it
+    fp8 = {FP8_WITHOUT_ONEDNN: "1" if kernels is not None and kernels.fp8_path == "torch" else "0"}
     return (
         {"PYTHONPATH": path, "VLLM_CPU_NUM_OF_RESERVED_CPU": str(reserved)}
         | fp8

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from kqe.core.errors import UserError
+from kqe.core.io import require_file
 
 # "(EngineCore pid=7) ERROR 11-29 15:39:15 [core.py:1510] message"
 _LEVEL_PREFIX = re.compile(r"^\(.*?\) (?P<level>[A-Z]+) \d\d-\d\d [\d:]{8} \[[^\]]*\] ")
@@ -28,10 +29,7 @@ def log_lines(
 ) -> Iterator[str]:
     """The lines of a log file (or of another text file, `what`), read lazily (bounded memory for any
     size); UserError when it is missing, empty or not text."""
-    if not path.exists():
-        raise UserError(f"{what} {path} does not exist: {fix}")
-    if not path.is_file():
-        raise UserError(f"{what} {path} is not a file: {fix}")
+    require_file(path, what, fix)  # a folder, a FIFO or a device is said to be one, never "missing"
     try:
         with path.open("rb") as stream:
             head = _checked_head(stream, f"{what} {path}")

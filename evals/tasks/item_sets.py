@@ -21,6 +21,7 @@ from collections.abc import Callable
 from evals.tasks import prompts
 from evals.tasks.benchmark_data import KMMLU_DIR_ENV, MMLU_DIR_ENV, OFFLINE_ENV, ONLINE_ENV, Source
 from evals.tasks.registry import TASK_SPECS
+from kqe.core.env import env_switch, env_value
 from kqe.core.errors import UserError
 from kqe.core.records import ItemChoice, ModelSpec
 from kqe.core.workspace import Workspace
@@ -36,19 +37,15 @@ def choose(spec: ModelSpec, asked: bool | None) -> ItemChoice:
     """Online or offline for a run of `spec`: the flag given, else the environment, else the model."""
     if asked is not None:
         return ItemChoice(online=asked, why="--online" if asked else "--offline")
-    if _set(OFFLINE_ENV):
-        return ItemChoice(online=False, why=f"{OFFLINE_ENV}=1")
-    if _set(ONLINE_ENV):
-        return ItemChoice(online=True, why=f"{ONLINE_ENV}=1")
+    if env_switch(OFFLINE_ENV):  # a switch set off (`KQE_OFFLINE=0`) is as if unset
+        return ItemChoice(online=False, why=f"{OFFLINE_ENV}={env_value(OFFLINE_ENV)}")
+    if env_switch(ONLINE_ENV):
+        return ItemChoice(online=True, why=f"{ONLINE_ENV}={env_value(ONLINE_ENV)}")
     if spec.local_path:
         return ItemChoice(online=False, why="local model folder")
     if spec.offline:
         return ItemChoice(online=False, why=f"{spec.name} installed without the hub")
     return ItemChoice(online=True, why=f"hub model {spec.hub_id}")
-
-
-def _set(variable: str) -> bool:
-    return os.environ.get(variable, "") not in ("", "0")
 
 
 def announce(
@@ -99,7 +96,7 @@ def check_hub(downloads: list[str], choice: ItemChoice) -> None:
     Any HTTP answer counts as reachable (a wrong revision is the download's own error). With
     `HF_HUB_OFFLINE=1` nothing is asked: the datasets cache serves the files or the load says so.
     """
-    if not downloads or _set("HF_HUB_OFFLINE"):
+    if not downloads or _hub_offline():
         return
     endpoint = os.environ.get("HF_ENDPOINT", HUB_ENDPOINT).rstrip("/")
     repo, revision = downloads[0].split("@")
@@ -115,3 +112,9 @@ def check_hub(downloads: list[str], choice: ItemChoice) -> None:
             f"offline with {OFFLINE_ENV}=1 (KMMLU-HARD dev and an MMLU sample), or point {KMMLU_DIR_ENV} / "
             f"{MMLU_DIR_ENV} at local copies"
         ) from None
+
+
+def _hub_offline() -> bool:
+    """`HF_HUB_OFFLINE` as huggingface_hub reads it (its variable: 1/on/yes/true, any case, is on; any
+    other value is off, so kqe does not refuse what the hub library accepts)."""
+    return (env_value("HF_HUB_OFFLINE") or "").strip().upper() in ("1", "ON", "YES", "TRUE")

@@ -137,7 +137,8 @@ def calibrate_command(**options: Any) -> None:
 
 def build(cfg: CalibrateConfig) -> CalibrationSet:
     """Check the cheap inputs first, then read the evaluation items, then build (or reuse) the set."""
-    from evals.tasks.prompts import load_prompts, prepare_tasks
+    from evals.tasks.item_sets import check_hub
+    from evals.tasks.prompts import load_prompts, prepare_tasks, to_download
     from kqe.core.io import refuse_link
     from kqe.core.modelstore import local_model
     from kqe.core.registry import resolve_model
@@ -159,6 +160,8 @@ def build(cfg: CalibrateConfig) -> CalibrationSet:
     check_lengths(base, cfg.samples, cfg.seq_len, label)
     items: list[str] = []
     if not cfg.allow_contamination:
+        downloads = to_download(ws, list(cfg.tasks), cfg.limit, cfg.seed, cfg.items.online)
+        check_hub(downloads, cfg.items)  # an unreachable hub is one line, not retries and warnings
         data_dir = prepare_tasks(ws, list(cfg.tasks), cfg.limit, cfg.seed, cfg.items.online)
         items = item_texts(item for task in cfg.tasks for item in load_prompts(task, data_dir))
     return build_calibration_set(

@@ -6,7 +6,7 @@ import math
 import sys
 import traceback
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 from rich.console import Console
@@ -97,6 +97,17 @@ def say(label: str, message: str) -> None:
     console.print(line, highlight=False, soft_wrap=True)
 
 
+INTERRUPTED = "kqe: interrupted; finished results are kept, re-run to resume"
+"""The one line Ctrl-C leaves, whenever it comes: before work (options, imports), during or after it."""
+
+
+def interrupted() -> NoReturn:
+    """Ctrl-C: one line, no traceback, exit 130 (128 + SIGINT, as shells report it), never click's
+    "Aborted!" and exit 1."""
+    console.print(INTERRUPTED, highlight=False, markup=False)
+    sys.exit(130)
+
+
 def run_guarded(action: Callable[[], None]) -> None:
     """Run a command: user errors become one line and exit 2, never a traceback."""
     try:
@@ -108,8 +119,7 @@ def run_guarded(action: Callable[[], None]) -> None:
         sys.stderr.close()
         sys.exit(0)
     except KeyboardInterrupt:
-        console.print("kqe: interrupted; finished results are kept, re-run to resume", highlight=False)
-        sys.exit(130)
+        interrupted()
     except Exception as exc:  # an internal bug: keep the traceback out of the terminal, in a file
         where = _save_traceback()
         say("kqe: internal error:", f"{type(exc).__name__}: {exc} ({where}; please report it)")

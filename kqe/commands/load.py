@@ -107,6 +107,7 @@ def _slo(options: dict[str, Any], engine: str) -> Slo:
 def _load(options: dict[str, Any]) -> CapacityReport | AbReport:
     from evals.serving import hardware
     from evals.serving.serve import VllmServer, local_profile
+    from kqe.core.io import require_file
     from kqe.core.modelstore import model_dir
     from kqe.core.registry import resolve_model
     from kqe.core.workspace import Workspace, safe_name
@@ -114,8 +115,8 @@ def _load(options: dict[str, Any]) -> CapacityReport | AbReport:
     ws = Workspace.from_env()
     spec = resolve_model(options["model"], ws)
     served_dir: Path = options["checkpoint_dir"] or model_dir(spec, ws)
-    if not (served_dir / "config.json").is_file():
-        raise UserError(f"{served_dir} has no config.json: give --checkpoint-dir a model or checkpoint dir")
+    fix = "give --checkpoint-dir a model or checkpoint dir"
+    require_file(served_dir / "config.json", "checkpoint config", fix)
     # the named profile is checked before the offline texts are read: a typo fails at once
     profile = None if options["url"] else local_profile(options["profile"], ws)
     slo = _slo(options, hardware.local_device(ws.serve_venv).engine)

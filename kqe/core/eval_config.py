@@ -9,6 +9,7 @@ and parses `command()` back through the real CLI for every field.
 from __future__ import annotations
 
 import shlex
+import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
@@ -235,11 +236,15 @@ class EvalConfig(Record):
     @field_validator("run")
     @classmethod
     def _plain_folder_name(cls, run: str | None) -> str | None:
-        if run is not None and safe_name(run) != run:  # it names a folder under results/<model>/runs/
+        if run is None:
+            return None
+        composed = unicodedata.normalize("NFC", run)  # decomposed and composed Hangul: one run
+        if safe_name(run) != composed:  # it names a folder under results/<model>/runs/
             raise UserError(
-                f"run name {run!r} is not a plain folder name: use letters, digits, '.', '_', '-'"
+                f"run name {run!r} is not a plain folder name: use letters and digits (any script, "
+                "Hangul too), '.', '_', '-'"
             )
-        return run
+        return composed
 
     def command(self) -> str:
         """The `kqe eval` line that computes this config again on any machine."""

@@ -38,21 +38,48 @@ MAX_READ_BYTES = 64 * 2**20
 recipe table): far above any it writes, and a bound on what a mistaken `/dev/zero` can cost."""
 
 
+def _mode_problem(mode: int) -> str | None:
+    """What a file of this `st_mode` is when it is not a regular file, in words; None when it is one."""
+    if stat.S_ISDIR(mode):
+        return "is a folder, not a file"
+    if not stat.S_ISREG(mode):
+        return "is not a regular file (a device, FIFO or socket)"
+    return None
+
+
+def file_problem(path: Path) -> str | None:
+    """Why `path` is no regular file to read, in words (`not found`, `is a symbolic link to nothing`,
+    `is a folder, not a file`, `is not a regular file (…)`, `cannot be read: …`), or None: the one
+    wording of every path check, so that a folder, device or FIFO is never said to be "not found"."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "is a symbolic link to nothing" if os.path.islink(path) else "not found"
+    except OSError as err:  # a loop of links, a name too long, no right to look
+        return f"cannot be read: {err.strerror}"
+    return _mode_problem(mode)
+
+
+def require_file(path: Path, what: str, fix: str) -> Path:
+    """`path` when it is a regular file; else a UserError `<what> <path> <file_problem>: <fix>`."""
+    problem = file_problem(path)
+    if problem is not None:
+        raise UserError(f"{what} {path} {problem}: {fix}")
+    return path
+
+
 def read_bytes(path: Path, what: str) -> bytes:
     """The bytes of the regular file `path`, at most MAX_READ_BYTES; UserError naming `what` when it is
     absent, a folder, not a regular file (a device, a FIFO: never waited on), larger, or unreadable."""
     try:  # O_NONBLOCK: opening a FIFO does not wait for a writer
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise UserError(f"{what} {path} not found: pass an existing file") from None
     except OSError as err:
+        require_file(path, what, "pass an existing file")  # says what the path is, when that is why
         raise UserError(f"{what} {path} cannot be read: {err.strerror}") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
+    problem = _mode_problem(os.fstat(fd).st_mode)
+    if problem is not None:
         os.close(fd)
-        if stat.S_ISDIR(mode):
-            raise UserError(f"{what} {path} is a folder: pass the file itself")
-        raise UserError(f"{what} {path} is not a regular file (a device, FIFO or socket): pass a file")
+        raise UserError(f"{what} {path} {problem}: pass the file itself")
     with os.fdopen(fd, "rb") as handle:
         try:
             data = handle.read(MAX_READ_BYTES + 1)
@@ -191,7 +218,7 @@ def write_record(path: Path, record: BaseModel) -> None:
 
 
 def read_record(path: Path, kind: type[T]) -> T:
-    return kind.model_validate_json(path.read_text(encoding="utf-8"))
+    return kind.model_validate_json(path.read_text(encoding="utf-8-sig"))
 
 
 def read_jsonl(path: Path, kind: type[T]) -> list[T]:
@@ -199,7 +226,7 @@ def read_jsonl(path: Path, kind: type[T]) -> list[T]:
     if not path.exists():
         return []
     # split on "\n" only: str.splitlines() also breaks at U+2028 and U+0085, which text fields may hold
-    lines = path.read_text(encoding="utf-8").split("\n")
+    lines = path.read_text(encoding="utf-8-sig").split("\n")
     while lines and not lines[-1].strip():
         lines.pop()
     records = []

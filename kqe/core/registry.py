@@ -7,6 +7,7 @@ from the model's config.json (from `text_config` where a multimodal config nests
 
 from __future__ import annotations
 
+import codecs
 import json
 import logging
 import math
@@ -19,7 +20,7 @@ from typing import Any
 
 from kqe.core import defaults
 from kqe.core.errors import UserError
-from kqe.core.io import read_json_object
+from kqe.core.io import read_bytes, read_json_object, require_file
 from kqe.core.records import ModelSpec
 from kqe.core.workspace import Workspace, safe_name
 
@@ -144,7 +145,7 @@ def check_remote_code(model_dir: Path, trusted: bool) -> None:
     trust it: loading it would run that code."""
     for name in ("config.json", "tokenizer_config.json"):
         try:
-            config = json.loads((model_dir / name).read_text(encoding="utf-8"))
+            config = json.loads((model_dir / name).read_text(encoding="utf-8-sig"))
         except (OSError, ValueError):
             continue
         if isinstance(config, dict) and config.get("auto_map") and not trusted:
@@ -163,8 +164,12 @@ def spec_from_local_dir(path: Path) -> ModelSpec:
     safe_name(path.name)  # results are filed under the folder's name: refuse one that names nothing now
     config_file = path / "config.json"
     weights = sorted(path.glob("*.safetensors"))
-    if not config_file.is_file():
-        raise UserError(f"model path {path} is not a model: config.json is missing")
+    require_file(config_file, "model config", "a model folder holds config.json and *.safetensors weights")
+    if read_bytes(config_file, f"model {path.name}: config.json").startswith(codecs.BOM_UTF8):
+        raise UserError(
+            f"model {path.name}: config.json starts with a UTF-8 byte-order mark, which transformers and "
+            "vLLM cannot read: save it as UTF-8 without one"
+        )
     if not weights:
         raise UserError(f"model path {path} is not a model: no *.safetensors weights (save as safetensors)")
     config = read_json_object(config_file, f"model {path.name}: config.json")

@@ -2,21 +2,36 @@
 
 from __future__ import annotations
 
-import os
-import re
+import unicodedata
 from dataclasses import dataclass
+from itertools import groupby
 from pathlib import Path
 
+from kqe.core.env import env_value
 from kqe.core.errors import UserError
 from kqe.core.io import refuse_link, register_write_roots
 
-_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+_NAME_PUNCTUATION = "._-"
+"""The punctuation a folder name keeps; every other character that is no letter, digit or mark is `_`."""
+_NAME_CATEGORIES = ("L", "N", "M")
+"""Unicode categories a folder name keeps: letters and digits of any script (Hangul 한국어, Latin é,
+Han, Arabic digits …) and the combining marks some scripts write letters with."""
+
+
+def _kept(char: str) -> bool:
+    return char in _NAME_PUNCTUATION or unicodedata.category(char)[0] in _NAME_CATEGORIES
 
 
 def safe_name(name: str) -> str:
-    """A file-name-safe form of a model or checkpoint name that cannot escape its folder."""
-    cleaned = _SAFE_NAME.sub("_", name).strip("._")
-    if not cleaned:
+    """A file-name-safe form of a model or checkpoint name that cannot escape its folder: NFC-normalised
+    (a name typed as decomposed jamo and the same name composed are one name, as on macOS file systems),
+    each run of characters that are not letters, digits, marks or `._-` (path separators, blanks,
+    control characters) made one `_`, leading and trailing `.`/`_` dropped (so never `..`); a name
+    left without a letter or digit is a UserError."""
+    composed = unicodedata.normalize("NFC", name)
+    runs = (("".join(run) if kept else "_") for kept, run in groupby(composed, key=_kept))
+    cleaned = "".join(runs).strip("._")
+    if not any(char.isalnum() for char in cleaned):
         raise UserError(f"name {name!r} has no letter or digit to name a folder after: rename it")
     return cleaned
 
@@ -39,14 +54,15 @@ class Workspace:
     @classmethod
     def from_env(cls, root: Path | None = None) -> Workspace:
         root = (root or Path.cwd()).resolve()
-        cache = Path(os.environ.get("KQE_HOME", Path.home() / ".cache" / "kqe")).expanduser()
-        serve = Path(os.environ.get("KQE_SERVE_VENV", root / ".venv-serve")).expanduser()
+        # empty is unset, as for every KQE_ variable (kqe.core.env) and scripts/setup.sh's ${KQE_HOME:-…}
+        cache = Path(env_value("KQE_HOME") or Path.home() / ".cache" / "kqe").expanduser()
+        serve = Path(env_value("KQE_SERVE_VENV") or root / ".venv-serve").expanduser()
         return cls(root=root, cache=cache.resolve(), serve_venv=serve.resolve())
 
     def setup_hint(self) -> str:
         """How to fill the cache: `make setup`, naming KQE_HOME when it is set (a mistyped one is
         the usual reason the cache looks empty)."""
-        home = os.environ.get("KQE_HOME")
+        home = env_value("KQE_HOME")
         return f"run `make setup` with KQE_HOME={home}, or fix KQE_HOME" if home else "run `make setup`"
 
     def check_writable(self, model: str) -> None:

@@ -156,8 +156,6 @@ def prepare_matrix(cfg: EvalConfig, ws: Workspace, progress: Progress) -> RunMat
     base = local_model(spec, ws)  # a model not installed is said first (a hub model: downloaded)
     check_remote_code(base.folder, cfg.trust_remote_code)
     plan = plan_run(cfg, ws, spec)
-    for line in item_sets.announce(ws, list(cfg.tasks), cfg.items, cfg.limit, resolution.unresolved):
-        log.info("%s", line)
     choice_tasks = [task for task in cfg.tasks if task in TASK_SPECS]
     downloads = prompts.to_download(ws, choice_tasks, cfg.limit, cfg.seed, cfg.items.online)
     item_sets.check_hub(downloads, cfg.items)  # before calibrating, building or serving anything
@@ -167,6 +165,10 @@ def prepare_matrix(cfg: EvalConfig, ws: Workspace, progress: Progress) -> RunMat
     used = {entry.mix for entry in entries}
     labelled = {mix_label(mix): mix for mix in cfg.calibrations}
     parsed = {label: calibration.parse_mix(mix) for label, mix in labelled.items() if label in used}
+    include = lm_eval_bridge.check_include_path(cfg.include_path)
+    # what will be scored, said once every cheap check passed: an error is never under a page of plan
+    for line in item_sets.announce(ws, list(cfg.tasks), cfg.items, cfg.limit, resolution.unresolved):
+        log.info("%s", line)
     task_prompts: dict[str, list[prompts.PromptItem]] = {}
     sources: dict[str, str] = {}
     if choice_tasks:
@@ -174,7 +176,6 @@ def prepare_matrix(cfg: EvalConfig, ws: Workspace, progress: Progress) -> RunMat
         task_prompts = {task: prompts.load_prompts(task, data_dir) for task in choice_tasks}
         sources = {task: prompts.source_label(task, data_dir) for task in choice_tasks}
     generation: dict[str, GenerationTask] = {}
-    include = lm_eval_bridge.check_include_path(cfg.include_path)
     for bridged in lm_eval_tasks(cfg):
         if bridged.output_type == lm_eval_bridge.GENERATION:
             template_of = base.folder if cfg.apply_chat_template else None

@@ -135,7 +135,7 @@ def _measured_rate(stages: Path, checkpoint: str, profile_key: str) -> float | N
     rates = []
     for path in stages.glob(f"{checkpoint}.*.score.json"):
         try:
-            run = ScoreRun.model_validate_json(path.read_text(encoding="utf-8"))
+            run = ScoreRun.model_validate_json(path.read_text(encoding="utf-8-sig"))
         except (OSError, ValidationError):
             continue  # a record of another format: no rate from it
         if run.profile_key == profile_key and run.items_per_s:

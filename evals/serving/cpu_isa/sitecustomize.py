@@ -28,7 +28,7 @@ else:
     torch._C._cpu._init_amx()
 
 
-if "amx_tile" in _ABSENT or os.environ.get("KQE_FP8_WITHOUT_ONEDNN"):
+if "amx_tile" in _ABSENT or os.environ.get("KQE_FP8_WITHOUT_ONEDNN") == "1":  # kqe sets "1" or "0"
     _scaled_mm = torch._scaled_mm
 
     def _scaled_mm_as_without_amx(*args: object, **kwargs: object) -> torch.Tensor:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from kqe.core.errors import UserError
-from kqe.core.io import read_bytes
+from kqe.core.io import read_bytes, require_file
 
 
 class _HasId(Protocol):
@@ -58,8 +58,7 @@ def read_entries(
     """One entry per non-blank line: `parse(value, "path:line")` builds it from the line's JSON value,
     then its id must be new, then `check` may test it against other data. A missing file, a line
     that is not JSON, an id used twice or a file without entries is a UserError."""
-    if not path.exists():  # a folder, a FIFO or a device is said by read_utf8
-        raise UserError(f"{path} not found: a ko_rag data folder needs docs.jsonl and questions.jsonl")
+    require_file(path, "ko_rag file", "a ko_rag data folder needs docs.jsonl and questions.jsonl")
     entries: list[Entry] = []
     seen: dict[str, int] = {}
     for number, line in enumerate(read_utf8(path).split("\n"), start=1):
