@@ -9,6 +9,7 @@ stock lm-eval (issue #47, items 6 and 7).
   `LOCAL_CONCURRENCY` (the best of them is the comparison);
 - `lm_eval --model hf`: lm-eval's HF backend, bf16, batch 8, in a fresh process (bench/lm_eval_runner.py).
 
+lm-eval's task index is built once per process for everyone, outside the timed passes, as kqe's is.
 The task is the shipped `kqe_kmmlu_hard_gen` (greedy, at most 32 tokens, lm-eval's answer filter), its
 first `items` documents for everyone. The server's prefix cache is emptied before each pass. Agreement:
 the share of items whose filtered answer equals kqe's, against each alternative.
@@ -23,6 +24,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from lm_eval.tasks import TaskManager
 
 from bench.scoring_bench import _dev_mode, _reset_prefix_cache, lm_eval_backend
 from evals.scoring.job import ScoringJob
@@ -56,8 +59,17 @@ class Generated:
 
     def agreement(self, other: Generated) -> tuple[int, int]:
         """(items with the same filtered answer, items compared) against `other`."""
+        shared = set(self.answers) & set(other.answers)
+        return len(shared) - len(self.differences(other)), len(shared)
+
+    def differences(self, other: Generated) -> list[str]:
+        """`doc: ours/theirs` for each document whose filtered answers differ."""
         shared = sorted(set(self.answers) & set(other.answers))
-        return sum(self.answers[doc] == other.answers[doc] for doc in shared), len(shared)
+        return [
+            f"{d}: {self.answers[d]!r}/{other.answers[d]!r}"
+            for d in shared
+            if self.answers[d] != other.answers[d]
+        ]
 
 
 def _first_docs(items: int) -> list[GenerationItem]:
@@ -80,11 +92,11 @@ def kqe_pass(server: VllmServer, model_dir: Path, items: int, path: Path) -> dic
 
 
 def local_completions_pass(
-    server: VllmServer, model_dir: Path, items: int, concurrent: int
+    server: VllmServer, model_dir: Path, items: int, concurrent: int, manager: TaskManager
 ) -> dict[int, str]:
-    """Stock lm-eval's API model against the server, as its docs say to run it."""
+    """Stock lm-eval's API model against the server, as its docs say to run it (`manager`: its task
+    index, built once, as kqe's is)."""
     import lm_eval
-    from lm_eval.tasks import TaskManager
 
     os.environ["OPENAI_API_KEY"] = server.api_key
     args = (
@@ -95,7 +107,7 @@ def local_completions_pass(
         model="local-completions",
         model_args=args,
         tasks=[TASK],
-        task_manager=TaskManager(include_path=str(TASK_DIR)),
+        task_manager=manager,
         limit=items,
         log_samples=True,
     )
@@ -130,9 +142,10 @@ def served(ws: Workspace, model_dir: Path, profile: ServeProfile, items: int, ru
                 runs,
                 server,
             )
+            manager = TaskManager(include_path=str(TASK_DIR))
             theirs = [
                 _timed(
-                    lambda c=concurrent: local_completions_pass(server, model_dir, items, c),
+                    lambda c=concurrent: local_completions_pass(server, model_dir, items, c, manager),
                     f"lm_eval --model local-completions, num_concurrent={concurrent}",
                     1,
                     server,

@@ -36,12 +36,18 @@ def _load(job: dict[str, Any]) -> Any:
     )
 
 
-def _evaluate(lm: Any, job: dict[str, Any]) -> dict[str, Any]:
-    import lm_eval
+def _task_manager(job: dict[str, Any]) -> Any:
+    """lm-eval's task index over the job's folder, built once before the timed runs (indexing every
+    shipped YAML takes seconds, which a user pays once per process, not per evaluation)."""
     from lm_eval.tasks import TaskManager
 
     folder = job.get("include_path") or str(TASKS_DIR)
-    manager = TaskManager(include_path=folder, metadata={"kqe_task_data": job["data"]})
+    return TaskManager(include_path=folder, metadata={"kqe_task_data": job["data"]})
+
+
+def _evaluate(lm: Any, job: dict[str, Any], manager: Any) -> dict[str, Any]:
+    import lm_eval
+
     results = lm_eval.simple_evaluate(
         model=lm, tasks=job["tasks"], task_manager=manager, limit=job["limit"], log_samples=True
     )
@@ -98,10 +104,11 @@ def main(job_path: Path, out_path: Path) -> None:
     lm = _load(job)
     report: dict[str, Any] = {"load_s": time.perf_counter() - started, "runs_s": [], "engine_runs_s": []}
     samples: dict[str, Any] = {}
+    manager = _task_manager(job)
     for _ in range(job["runs"]):
         _reset_cache(lm)
         started = time.perf_counter()
-        samples = _evaluate(lm, job)
+        samples = _evaluate(lm, job, manager)
         report["runs_s"].append(time.perf_counter() - started)
     for _ in range(job["runs"] if job.get("encoded") else 0):
         _reset_cache(lm)

@@ -125,6 +125,8 @@ def generation_rows(ws: Workspace, settings: Settings) -> list[Row]:
             f"{generation_bench.TASK}, {items} items, greedy; same filtered answer on {same}/{compared}; "
             f"load avg {spread(ours.load_avg + other.load_avg)}"
         )
+        if differ := ours.differences(other):
+            note += f"; differing (doc: kqe/theirs): {', '.join(differ[:3])}"
         if other is best:
             note += f"; items/s per num_concurrent {tried}"
         rows.append(
