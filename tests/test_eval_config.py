@@ -42,6 +42,7 @@ CHANGED: dict[str, Any] = {
     "rag_conditions": ("oracle", "depth"),
     "rag_lengths": ("2k", "16k"),
     "rag_questions": 12,
+    "circular": 3,
     "rag_chat_template": True,
     "apply_chat_template": True,
     "include_path": "/tasks/yaml",
@@ -150,6 +151,8 @@ def test_the_reproduce_command_keeps_its_shape() -> None:
         ({"rag_lengths": "1k,3k"}, ("--rag-lengths", "3k", "1k,2k,4k,16k")),
         ({"rag_lengths": ""}, ("--rag-lengths", "names no length")),
         ({"rag_questions": -3}, ("--rag-questions", "-3", "0 for every question")),
+        ({"circular": -2}, ("--circular", "-2", "0 for no CircularEval")),
+        ({"circular": "1.5"}, ("--circular", "1.5", "whole number")),
         ({"run": "../elsewhere"}, ("../elsewhere", "plain folder name")),
     ],
 )

@@ -24,6 +24,7 @@ from evals.reporting.leaderboard_row import (
 )
 from evals.reporting.outcome import CheckpointOutcome, CheckpointResult, TaskFindings
 from evals.reporting.rag_columns import RAG_COLUMNS
+from evals.reporting.task_columns import CIRCULAR_COLUMNS
 from evals.serving.serve import load_profile
 from evals.tasks.registry import COLUMN_SPECS
 from kqe.core.errors import UserError
@@ -136,6 +137,7 @@ def test_round_trip_keeps_values(tmp_path: Path) -> None:
     unscored = tuple(f"{prefix}_" for prefix in COLUMN_SPECS if prefix != "mmlu")
     conditions = {name for name, doc in RAG_COLUMNS.items() if doc.prefix != "ko_rag"}  # none scored
     conditions |= set(GENERATION_COLUMNS)  # no generative task scored
+    conditions |= set(CIRCULAR_COLUMNS)  # no --circular
     assert header == [c for c in COLUMNS if not c.startswith(unscored) and c not in conditions]
     assert "ko_rag_f1_1k" in header and "ko_rag_recall_1k" in header  # ko_rag's own columns, always
 

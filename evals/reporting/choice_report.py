@@ -1,5 +1,6 @@
-"""The report's letter-preference parts: the answer collapses, named before any Δ table, and the
-accuracy with each checkpoint's letter prior taken out (`evals/statistics/choice_bias.py`)."""
+"""The report's letter-preference parts: the answer collapses, named before any Δ table, the accuracy
+with each checkpoint's letter prior taken out (`evals/statistics/choice_bias.py`), and CircularEval's
+where the run asked for it (`--circular`, `evals/statistics/circular.py`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from evals.reporting.report_text import cell
 from kqe.core.schemes import BASE_SCHEME
 
 TITLE = "Letter preference"
+CIRCULAR_TITLE = "CircularEval"
 
 
 def _base_choice(rows: Sequence[LeaderboardRow], prefix: str) -> str:
@@ -42,10 +44,9 @@ def collapse_notes(rows: Sequence[LeaderboardRow]) -> list[str]:
     return [line for note in notes for line in (note, "")]
 
 
-def _debiased_delta(row: LeaderboardRow, prefix: str) -> str:
-    delta, low, high = (
-        getattr(row, f"{prefix}_acc_debiased_{end}") for end in ("delta", "ci_low", "ci_high")
-    )
+def _delta_cell(row: LeaderboardRow, prefix: str, stem: str) -> str:
+    """`<prefix>_<stem>_delta` with its CI in points, `(base)` on the base row, `—` where absent."""
+    delta, low, high = (getattr(row, f"{prefix}_{stem}_{end}") for end in ("delta", "ci_low", "ci_high"))
     if row.scheme == BASE_SCHEME:
         return "(base)"
     if delta is None or low is None or high is None:
@@ -76,6 +77,33 @@ def debiased_section(rows: Sequence[LeaderboardRow]) -> list[str]:
             acc, debiased = getattr(r, f"{prefix}_acc"), getattr(r, f"{prefix}_acc_debiased")
             lines.append(
                 f"| {r.checkpoint} | {label} | {choice} | {cell(acc, '.1%')} | {cell(debiased, '.1%')} | "
-                f"{_debiased_delta(r, prefix)} |"
+                f"{_delta_cell(r, prefix, 'acc_debiased')} |"
+            )
+    return lines
+
+
+def circular_section(rows: Sequence[LeaderboardRow]) -> list[str]:
+    """Per checkpoint and task: accuracy as scored and CircularEval accuracy on the `--circular` items,
+    and the circular Δ against the base with its 95% CI; empty where the run did not ask for it."""
+    tasks = [p for p in scored_tasks(rows) if any(getattr(r, f"{p}_acc_circular") is not None for r in rows)]
+    if not tasks:
+        return []
+    lines = [
+        "CircularEval (Liu et al. 2023, MMBench): each of N seeded items (the same for every checkpoint) is "
+        "asked again in every cyclic rotation of its options, the gold answer moving with its option, and "
+        "counts right only if it is right in all of them. A preference for a letter cannot score: it removes "
+        "the letter prior by construction, where the debiased accuracy above estimates and subtracts it. "
+        "Chance is 1/k^k for k options (0.4% for 4), so near-chance models score about 0.",
+        "",
+        "| checkpoint | task | items | acc as scored | circular acc | circular Δ [95% CI] |",
+        "|---|---|---|---|---|---|",
+    ]
+    for prefix in tasks:
+        label = task_label(rows, prefix)
+        for r in rows:
+            plain, circular = getattr(r, f"{prefix}_acc_circular_plain"), getattr(r, f"{prefix}_acc_circular")
+            lines.append(
+                f"| {r.checkpoint} | {label} | {cell(getattr(r, f'{prefix}_circular_items'), 'd')} | "
+                f"{cell(plain, '.1%')} | {cell(circular, '.1%')} | {_delta_cell(r, prefix, 'acc_circular')} |"
             )
     return lines

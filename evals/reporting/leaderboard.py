@@ -121,6 +121,7 @@ def _comparison_cells(runs: dict[str, ScoreRun], findings: TaskFindings) -> dict
             cells.update(
                 row_cells.choice_cells(prefix, findings.choices.get(task), findings.vs_base.get(task))
             )
+            cells.update(row_cells.circular_cells(prefix, findings.circular.get(task)))
         effect = findings.vs_control.get(task)
         if effect is not None:
             cells.update(_calibration_effect_cells(prefix, effect))

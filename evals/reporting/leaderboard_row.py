@@ -2,8 +2,9 @@
 a new column rewrites leaderboards, never the checkpoints, calibration sets or per-item files behind them.
 
 The per-task columns (`kmmlu_acc`, `mmlu_verdict`, …), the ko_rag ones and the generation ones are not
-written out by hand: `task_columns` generates them from the task registry, `rag_columns` from ko_rag's
-sweep, `generation_columns` per generative prefix, and the row holds them in `tasks`."""
+written out by hand: `task_columns` generates them (and `--circular`'s) from the task registry,
+`rag_columns` from ko_rag's sweep, `generation_columns` per generative prefix, and the row holds them
+in `tasks`."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from evals.reporting.rag_columns import RAG, RAG_COLUMNS
 from evals.reporting.task_columns import (
     AVERAGES_COLUMNS,
     CALIBRATION_EFFECT_COLUMNS,
+    CIRCULAR_COLUMNS,
     COMPARISON_COLUMNS,
     TASK_COLUMNS,
     Cell,
@@ -35,12 +37,13 @@ retrieved condition alone (older boards averaged every item they had, all retrie
 (LibreOffice's help pages in Korean and English, their KO−EN gap), and per task the top choice and its
 share (answer collapse, also in the verdict) and the letter-debiased accuracy with its Δ and CI (older
 boards read them as empty). A registry
-task with a new column prefix (mmmlu_*, belebele_*) adds columns only to the runs that score it: no bump."""
+task with a new column prefix (mmmlu_*, belebele_*), or `--circular`'s `<prefix>_acc_circular*`, adds
+columns only to the runs that have them: no bump."""
 READABLE_SCHEMA_VERSIONS = (3, 4, 5, 6, 7, 8)
 """Versions this suite reads: an older board's missing columns (all optional) read as empty."""
 
 
-GENERATED_COLUMNS = TASK_COLUMNS | RAG_COLUMNS | GENERATION_COLUMNS
+GENERATED_COLUMNS = TASK_COLUMNS | CIRCULAR_COLUMNS | RAG_COLUMNS | GENERATION_COLUMNS
 """Every generated column: name -> its prefix (group), type and docs."""
 
 
@@ -261,7 +264,7 @@ class LeaderboardRow(Record):
 def _layout() -> list[str]:
     """Column order of the CSV: the per-task groups sit where the comparison and averages belong."""
     before = {
-        "ko_en_gap": list(COMPARISON_COLUMNS),
+        "ko_en_gap": [*COMPARISON_COLUMNS, *CIRCULAR_COLUMNS],
         "ppl_ko": [*CALIBRATION_EFFECT_COLUMNS, *AVERAGES_COLUMNS],
         "serving": [*RAG_COLUMNS, *GENERATION_COLUMNS],
     }

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from evals.planning.placement import Placement
 from evals.statistics.averages import TaskSummary
+from evals.statistics.circular import CircularScores
 from evals.statistics.generation_findings import GenerationFindings
 from evals.statistics.perplexity_stats import PerplexityFindings
 from evals.statistics.rag_findings import RagFindings
@@ -41,6 +42,8 @@ class CheckpointOutcome:
     """What vLLM reserved where its items were scored."""
     items: dict[str, list[ItemResult]] = field(default_factory=dict)
     """Task → per-item results."""
+    circular: dict[str, list[ItemResult]] = field(default_factory=dict)
+    """Task → results of its `--circular` rotations (`<item_id>@rot<r>`); empty without it."""
     built: bool = False
     """Whether this run built it (False: reused, found, or not built at all)."""
     served: bool = False
@@ -63,6 +66,8 @@ class TaskFindings:
     """Task → micro, macro and supercategory averages and the macro Δ, for every task of the run."""
     choices: dict[str, ChoiceProfile] = field(default_factory=dict)
     """Task → the checkpoint's choice distribution and letter-debiased accuracy (multiple-choice tasks)."""
+    circular: dict[str, CircularScores] = field(default_factory=dict)
+    """Task → CircularEval accuracy on its `--circular` items, with its Δ against the base's."""
 
 
 @dataclass(frozen=True)

@@ -229,6 +229,11 @@ def report_markdown(
             if (letters := choice_report.debiased_section(rows))
             else []
         ),
+        *(
+            _section(choice_report.CIRCULAR_TITLE, circular)
+            if (circular := choice_report.circular_section(rows))
+            else []
+        ),
         *_section("Micro and macro averages", averages_report.markdown_section(rows)),
         *(_accuracy_sections(rows, plots) if "pareto" in plots else []),
         *(_section("Korean RAG (ko_rag)", rag) if (rag := rag_section(rows)) else []),

@@ -1,12 +1,13 @@
 """A leaderboard row's cells from the typed parts of a `CheckpointResult` that their stages found:
-averages, choices, perplexity, ko_rag and placement (`leaderboard.build_row` adds the rest). The column names
-live here and in `leaderboard_row.py`, nowhere else."""
+averages, choices, CircularEval, perplexity, ko_rag and placement (`leaderboard.build_row` adds the
+rest). The column names live here and in `leaderboard_row.py`, nowhere else."""
 
 from __future__ import annotations
 
 from evals.planning.placement import Placement
 from evals.reporting.rag_columns import column_prefix as rag_prefix
 from evals.statistics.averages import Estimate, TaskSummary
+from evals.statistics.circular import CircularScores
 from evals.statistics.perplexity_stats import PerplexityFindings
 from evals.statistics.rag_findings import ClosedBookScores, RagFindings
 from evals.tasks.registry import column_prefix
@@ -55,6 +56,20 @@ def choice_cells(prefix: str, profile: ChoiceProfile | None, comparison: Compari
             f"{prefix}_acc_debiased_ci_high": comparison.delta_debiased_ci_high,
         }
     return cells
+
+
+def circular_cells(prefix: str, scores: CircularScores | None) -> Cells:
+    """The task's CircularEval columns (`--circular`); none without it, so they stay out of the CSV."""
+    if scores is None:
+        return {}
+    return {
+        f"{prefix}_circular_items": scores.items,
+        f"{prefix}_acc_circular": scores.acc,
+        f"{prefix}_acc_circular_plain": scores.acc_plain,
+        f"{prefix}_acc_circular_delta": scores.delta,
+        f"{prefix}_acc_circular_ci_low": scores.ci_low,
+        f"{prefix}_acc_circular_ci_high": scores.ci_high,
+    }
 
 
 def _rounded(value: float | None) -> float | None:

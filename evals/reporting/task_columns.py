@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from pydantic import TypeAdapter
 
-from evals.tasks.registry import CATEGORY_LABELS, COLUMN_SPECS, ColumnSpec
+from evals.tasks.registry import CATEGORY_LABELS, COLUMN_SPECS, LM_EVAL_COLUMNS, ColumnSpec
 
 Cell = float | int | str | None
 
@@ -73,6 +73,33 @@ COMPARISON = (
     TaskColumn("acc_debiased_ci_high", float, "Upper end of the 95% CI of {prefix}_acc_debiased_delta."),
 )
 """Accuracy, the paired comparison with the base, and the answers' letter preference."""
+CIRCULAR = (
+    TaskColumn(
+        "circular_items", int, "{label} items asked in every cyclic rotation of their options (--circular)."
+    ),
+    TaskColumn(
+        "acc_circular",
+        float,
+        "{label} CircularEval accuracy: share of those items right in every rotation, the gold answer "
+        "moving with its option (fraction); no letter preference can score here.",
+    ),
+    TaskColumn(
+        "acc_circular_plain", float, "{label} accuracy as scored (rotation 0) on those same items (fraction)."
+    ),
+    TaskColumn(
+        "acc_circular_delta",
+        float,
+        "{label} circular accuracy minus the base's on the same items (fraction); empty on the base row.",
+    ),
+    TaskColumn(
+        "acc_circular_ci_low", float, "Lower end of the paired 95% CI of {prefix}_acc_circular_delta."
+    ),
+    TaskColumn("acc_circular_ci_high", float, "Upper end of the 95% CI of {prefix}_acc_circular_delta."),
+)
+"""CircularEval on `--circular` items: present only in runs that ask for it (a group of its own)."""
+CIRCULAR_GROUP = "_circular"
+"""What a task prefix's circular columns are grouped under (`kmmlu_circular`): a CSV has them only when
+some row has one, so runs without `--circular` keep the leaderboards they had."""
 CALIBRATION_EFFECT = (
     TaskColumn(
         "calib_effect",
@@ -151,6 +178,14 @@ def _columns(groups: dict[str, tuple[TaskColumn, ...]]) -> dict[str, ColumnDoc]:
 COMPARISON_COLUMNS = _columns({prefix: COMPARISON for prefix in COLUMN_SPECS})
 CALIBRATION_EFFECT_COLUMNS = _columns({prefix: CALIBRATION_EFFECT for prefix in COLUMN_SPECS})
 AVERAGES_COLUMNS = _columns({prefix: _averages(spec) for prefix, spec in COLUMN_SPECS.items()})
+CIRCULAR_COLUMNS = {
+    name: doc._replace(prefix=doc.prefix + CIRCULAR_GROUP)
+    for name, doc in _columns(
+        {prefix: CIRCULAR for prefix in COLUMN_SPECS if prefix != LM_EVAL_COLUMNS}
+    ).items()
+}
+"""Every registry task prefix's circular columns, each prefix's in its own group (lm-eval tasks, whose
+rows lm-eval's own YAML renders, are not rotated)."""
 TASK_COLUMNS = COMPARISON_COLUMNS | CALIBRATION_EFFECT_COLUMNS | AVERAGES_COLUMNS
 """Every per-task column of every registered column prefix: name -> what it is."""
 _CELL_KINDS: dict[type, TypeAdapter[Any]] = {kind: TypeAdapter(kind) for kind in (float, int, str)}

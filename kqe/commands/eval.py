@@ -161,6 +161,13 @@ from kqe.core.workspace import Workspace
     help=option_help("rag_questions"),
 )
 @click.option(
+    "--circular",
+    default="0",
+    show_default=True,
+    metavar="N",
+    help=option_help("circular"),  # a count the config checks: one line naming --circular for 2.5 or -1
+)
+@click.option(
     "--rag-chat-template",
     is_flag=True,
     help=option_help("rag_chat_template"),

@@ -68,6 +68,17 @@ def _ordered_subset(text: str, option: str, known: tuple[str, ...], noun: str) -
     return tuple(name for name in known if name in named)
 
 
+def parse_count(value: Any, option: str, off: str) -> int:
+    """A count of items given as a number or its text; a one-line UserError naming `option` for a
+    negative or fractional one, or anything else."""
+    text = str(value).strip()
+    if isinstance(value, bool) or not (text.isdigit() or (text.startswith("-") and text[1:].isdigit())):
+        raise UserError(f"{option} {text!r} is not a whole number: give a count of items, or {off}")
+    if int(text) < 0:
+        raise UserError(f"{option} {text} is negative: give a count of items, or {off}")
+    return int(text)
+
+
 def _comma_text(value: Any) -> Any:
     """A list given as a sequence (a config read back from run.json) as the text an option gives."""
     return ",".join(value) if isinstance(value, Sequence) and not isinstance(value, str) else value
@@ -163,6 +174,11 @@ class EvalConfig(Record):
     those over the profile's max-model-len are skipped and said so."""
     rag_questions: int | None = defaults.RAG_DEFAULT_QUESTIONS
     """ko_rag questions drawn (seeded; 0: every question), each scored in every condition and length."""
+    circular: int = 0
+    """CircularEval on this many items per letter-choice task (seeded; the same for every checkpoint):
+    each is asked again in every cyclic rotation of its options, 3 more requests per item for 4
+    options, and counts right only if right in all; 0: off. ko_rag, lm-eval and generation tasks are
+    not rotated."""
     rag_chat_template: bool = False
     """Wrap each ko_rag prompt in the model's chat template as a user turn (instruct checkpoints)."""
     include_path: str | None = None
@@ -225,6 +241,11 @@ class EvalConfig(Record):
         if value is not None and value < 0:
             raise UserError(f"--rag-questions {value} is negative: give a count, or 0 for every question")
         return value or None  # 0, as --limit 0: every question
+
+    @field_validator("circular", mode="before")
+    @classmethod
+    def _circular_count(cls, value: Any) -> int:
+        return parse_count(value, "--circular", "0 for no CircularEval")
 
     @field_validator(
         "target_gpu", "score_profile", "rag_data", "include_path", "recipes", "run", mode="before"

@@ -17,7 +17,7 @@ from evals.serving import hardware, serve
 from evals.serving.hardware import Device
 from evals.serving.ports import forced_port
 from evals.statistics import resolution
-from evals.tasks import item_sets, lm_eval_bridge, prompts
+from evals.tasks import circular, item_sets, lm_eval_bridge, prompts
 from evals.tasks.ko_rag import task as rag_task
 from evals.tasks.lm_eval_generation import GenerationTask, generation_task
 from evals.tasks.registry import TASK_SPECS, is_lm_eval_task
@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]
 """Called with (what, done, total) as long work advances."""
+Prompts = dict[str, list[prompts.PromptItem]]
+"""Task → its prompts."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,8 @@ class RunMatrix:
     """ko_rag's items when the run scores it (its choice items are also in `prompts`)."""
     generation: dict[str, GenerationTask] = field(default_factory=dict)
     """lm-eval generation task → its items (multiple-choice tasks are in `prompts`)."""
+    circular: Prompts = field(default_factory=dict)
+    """Letter-choice task → its drawn items in rotations 1..k−1 (`--circular`); empty without it."""
 
     @property
     def model(self) -> str:
@@ -118,6 +122,7 @@ def plan_run(cfg: EvalConfig, ws: Workspace, spec: ModelSpec) -> RunPlan:
         raise UserError(f"extra {','.join(cfg.extra)!r} repeats a checkpoint name: list each folder once")
     prompts.check_tasks(list(cfg.tasks))
     prompts.check_limit(cfg.limit)
+    check_circular(cfg, ws)
     ws.check_writable(spec.name)  # a link in results/, calibration_data/ or the checkpoints: said now
     lm_eval_tasks(cfg)  # an unknown lm-eval task, or one not scorable, is said before any build
     if cfg.rag_data and rag_task.TASK in cfg.tasks:  # a user's ko_rag folder reads, before any build
@@ -129,6 +134,25 @@ def plan_run(cfg: EvalConfig, ws: Workspace, spec: ModelSpec) -> RunPlan:
     formats = {e.name: recipes[e.scheme].scheme if e.scheme in recipes else e.scheme for e in entries}
     placement = _placement(cfg, local, spec, profile, formats)
     return RunPlan(spec, profile, entries, recipes, extras, placement, hardware.native_dtype_on(local))
+
+
+def circular_tasks(cfg: EvalConfig) -> list[str]:
+    """The tasks `--circular` rotates: the run's registry letter-choice tasks (none when it is 0)."""
+    return [task for task in cfg.tasks if circular.rotatable(task)] if cfg.circular else []
+
+
+def check_circular(cfg: EvalConfig, ws: Workspace) -> None:
+    """A one-line UserError for `--circular` on a run with no task it rotates, or on more items than a
+    task scores (where the count is known without reading the items; `circular_prompts` checks again)."""
+    tasks = circular_tasks(cfg)
+    if cfg.circular and not tasks:
+        raise UserError(
+            f"--circular {cfg.circular}: --tasks {','.join(cfg.tasks)} has no letter-choice task to rotate "
+            f"({', '.join(TASK_SPECS)}): add one, or leave --circular out"
+        )
+    sources = prompts.task_sources(ws, tasks, cfg.items.online) if tasks else {}
+    counts = {task: item_sets.scored_items(source, cfg.limit) for task, source in sources.items()}
+    circular.check_circular(cfg.circular, counts)
 
 
 def lm_eval_tasks(cfg: EvalConfig) -> list[lm_eval_bridge.BridgedTask]:
@@ -150,6 +174,22 @@ def _placement(
     return place(spec, formats, target, local, profile, score_profile)
 
 
+def _choice_prompts(
+    cfg: EvalConfig, ws: Workspace, tasks: list[str]
+) -> tuple[Prompts, dict[str, str], Prompts]:
+    """The registry choice tasks' prompts, what their items are, and their rotations (`--circular`)."""
+    if not tasks:
+        return {}, {}, {}
+    data_dir = prompts.prepare_tasks(ws, tasks, cfg.limit, cfg.seed, cfg.items.online)
+    task_prompts = {task: prompts.load_prompts(task, data_dir) for task in tasks}
+    sources = {task: prompts.source_label(task, data_dir) for task in tasks}
+    rotated = {
+        task: circular.circular_prompts(task, data_dir, cfg.circular, cfg.seed)
+        for task in circular_tasks(cfg)
+    }
+    return task_prompts, sources, rotated
+
+
 def prepare_matrix(cfg: EvalConfig, ws: Workspace, progress: Progress) -> RunMatrix:
     """Check every input first (cheap), then build the calibration sets and the task prompts."""
     spec = resolve_model(cfg.model, ws)
@@ -169,12 +209,7 @@ def prepare_matrix(cfg: EvalConfig, ws: Workspace, progress: Progress) -> RunMat
     # what will be scored, said once every cheap check passed: an error is never under a page of plan
     for line in item_sets.announce(ws, list(cfg.tasks), cfg.items, cfg.limit, resolution.unresolved):
         log.info("%s", line)
-    task_prompts: dict[str, list[prompts.PromptItem]] = {}
-    sources: dict[str, str] = {}
-    if choice_tasks:
-        data_dir = prompts.prepare_tasks(ws, choice_tasks, cfg.limit, cfg.seed, cfg.items.online)
-        task_prompts = {task: prompts.load_prompts(task, data_dir) for task in choice_tasks}
-        sources = {task: prompts.source_label(task, data_dir) for task in choice_tasks}
+    task_prompts, sources, rotated = _choice_prompts(cfg, ws, choice_tasks)
     generation: dict[str, GenerationTask] = {}
     for bridged in lm_eval_tasks(cfg):
         if bridged.output_type == lm_eval_bridge.GENERATION:
@@ -225,4 +260,5 @@ def prepare_matrix(cfg: EvalConfig, ws: Workspace, progress: Progress) -> RunMat
         progress=progress,
         rag=rag,
         generation=generation,
+        circular=rotated,
     )

@@ -2,7 +2,8 @@
 
 Per checkpoint: scheme, calibration, whether it fits the target, the planned weights, KV tokens and
 concurrency there, the scoring placement, and a rough scoring time from the per-item rates this
-machine measured before for that checkpoint under that scoring profile (None when it never did).
+machine measured before for that checkpoint under that scoring profile (None when it never did); the
+requests `--circular` adds (N × (k − 1) per task) count as items there.
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ from pydantic import ValidationError
 
 from evals.planning.placement import Placement
 from evals.statistics import resolution
-from evals.tasks import item_sets, prompts
+from evals.tasks import circular, item_sets, prompts
 from evals.tasks.ko_rag.sweep import CLOSED_BOOK
 from evals.tasks.ko_rag.sweep import TASK as RAG_TASK
 from evals.tasks.registry import TASK_SPECS
 from kqe.core.eval_config import EvalConfig
 from kqe.core.results import ScoreRun
 from kqe.core.workspace import Workspace
-from kqe.pipeline.config import RunPlan
+from kqe.pipeline.config import RunPlan, circular_tasks
 
 
 def describe(cfg: EvalConfig, plan: RunPlan, ws: Workspace) -> dict[str, Any]:
@@ -31,7 +32,8 @@ def describe(cfg: EvalConfig, plan: RunPlan, ws: Workspace) -> dict[str, Any]:
     stages = ws.results(plan.spec.name) / "stages"
     item_plan = _items(cfg, ws)
     counts = [task["scored"] for task in item_plan["tasks"]]
-    items = sum(counts) if counts and None not in counts else None
+    extra = item_plan["circular"]["requests"] if item_plan["circular"] else 0
+    items = sum(counts) + extra if counts and None not in counts else None
     mixes = {entry.name: entry.mix for entry in plan.entries}
     placements = plan.placement.checkpoints
     return {
@@ -70,14 +72,41 @@ def _items(cfg: EvalConfig, ws: Workspace) -> dict[str, Any]:
     ]
     lines = item_sets.announce(ws, list(cfg.tasks), cfg.items, cfg.limit, resolution.unresolved)
     rag = _rag_slice(cfg) if RAG_TASK in cfg.tasks else None
+    rotated = _circular(cfg)
+    said = [_rag_line(rag)] if rag else []
+    said += [_circular_line(rotated)] if rotated else []
     return {
         "online": cfg.items.online,
         "why": cfg.items.why,
         "limit": cfg.limit,
         "tasks": tasks,
         "ko_rag": rag,
-        "lines": lines[: len(tasks)] + ([_rag_line(rag)] if rag else []) + lines[len(tasks) :],
+        "circular": rotated,
+        "lines": lines[: len(tasks)] + said + lines[len(tasks) :],
     }
+
+
+def _circular(cfg: EvalConfig) -> dict[str, Any] | None:
+    """`--circular`'s items and the requests its rotations add per checkpoint; None when it is off."""
+    tasks = circular_tasks(cfg)
+    if not tasks:
+        return None
+    per_task = cfg.circular * (circular.OPTIONS - 1)
+    return {
+        "items": cfg.circular,
+        "tasks": tasks,
+        "requests_per_task": per_task,
+        "requests": per_task * len(tasks),
+    }
+
+
+def _circular_line(rotated: dict[str, Any]) -> str:
+    n, more = rotated["items"], circular.OPTIONS - 1
+    return (
+        f"circular: {n} seeded items per task ({', '.join(rotated['tasks'])}), each asked again in {more} "
+        f"rotations of its options: +{rotated['requests_per_task']} requests per task ({n} × {more}), "
+        f"+{rotated['requests']} per checkpoint"
+    )
 
 
 def _rag_slice(cfg: EvalConfig) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from kqe.core.records import Checkpoint, MemoryReport
 from kqe.core.results import ItemResult, Perplexity, ScoreRun
 from kqe.pipeline.config import RunMatrix
 from kqe.pipeline.matrix import MatrixEntry
-from kqe.pipeline.stage_files import servability, stage_files
+from kqe.pipeline.stage_files import StageFiles, servability, stage_files
 from quantize import build, catalog, dequantize, external
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,8 @@ def evaluate_checkpoint(matrix: RunMatrix, entry: MatrixEntry, usual_start_s: fl
     except UserError as exc:
         return _failed(matrix, entry, exc, ckpt)
     items = {task: read_jsonl(Path(run.items_path), ItemResult) for task, run in stages.runs.items()}
+    rotated = stage_files(matrix, ckpt).finished_circular()
+    circular = {task: read_jsonl(Path(run.items_path), ItemResult) for task, run in rotated.items()}
     return checkpoint_outcome(
         matrix,
         entry,
@@ -62,6 +64,7 @@ def evaluate_checkpoint(matrix: RunMatrix, entry: MatrixEntry, usual_start_s: fl
         runs=stages.runs,
         memory=stages.memory,
         items=items,
+        circular=circular,
         built=built,
         served=stages.served,
         load_failure=stages.load_failure,
@@ -147,6 +150,7 @@ def _score_checkpoint(matrix: RunMatrix, ckpt: Checkpoint, usual_start_s: float)
                 if task not in runs:
                     runs[task] = _score_restarting(matrix, ckpt, server, task, files.items[task])
                     write_record(run_path, runs[task])
+            _score_rotations(matrix, ckpt, server, files)
             if not files.load_done():
                 load_failure = _measure_load(matrix, ckpt, server, files.load)
             if not files.perplexity.exists():
@@ -155,6 +159,17 @@ def _score_checkpoint(matrix: RunMatrix, ckpt: Checkpoint, usual_start_s: float)
         verdict = diagnose(files.log.read_text(errors="replace"), profile).summary
         raise serve.ServeError(f"{exc}; doctor: {verdict}") from None
     return ServedStages(runs, memory, served=True, load_failure=load_failure)
+
+
+def _score_rotations(
+    matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer, files: StageFiles
+) -> None:
+    """`--circular`: score each task's rotated items not yet scored, into their own per-item file."""
+    done = files.finished_circular()
+    for task, run_path in files.circular_runs.items():
+        if task not in done:
+            out = files.circular_items[task]
+            write_record(run_path, _score_restarting(matrix, ckpt, server, task, out, rotated=True))
 
 
 def _measure_perplexity(matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer) -> Perplexity:
@@ -190,13 +205,13 @@ def _measure_load(matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer,
 
 
 def _score_restarting(
-    matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer, task: str, out: Path
+    matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer, task: str, out: Path, rotated: bool = False
 ) -> ScoreRun:
-    """`_score_task`; a server that dies on the way is started again and scoring resumes from the
-    per-item file, at most `serve.RESTARTS` times."""
+    """`_score_task` (`rotated`: the task's `--circular` rotations); a server that dies on the way is
+    started again and scoring resumes from the per-item file, at most `serve.RESTARTS` times."""
     for attempt in range(1, serve.RESTARTS + 2):
         try:
-            return _score_task(matrix, ckpt, server, task, out)
+            return _score_task(matrix, ckpt, server, task, out, rotated)
         except Exception as exc:
             if server.alive():
                 raise
@@ -211,10 +226,11 @@ def _score_restarting(
 
 
 def _score_task(
-    matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer, task: str, out: Path
+    matrix: RunMatrix, ckpt: Checkpoint, server: serve.VllmServer, task: str, out: Path, rotated: bool = False
 ) -> ScoreRun:
-    """Choice tasks by their choices' log-likelihoods; ko_rag's generated answers by generate.py; lm-eval
-    generation tasks by lm_eval_generate.py."""
+    """Choice tasks by their choices' log-likelihoods (`rotated`: their `--circular` rotations, the same
+    way); ko_rag's generated answers by generate.py; lm-eval generation tasks by lm_eval_generate.py."""
+    what = f"{task} circular" if rotated else task
     job = ScoringJob(
         tokenizer_dir=Path(ckpt.path),
         endpoint=server.endpoint,
@@ -222,8 +238,10 @@ def _score_task(
         checkpoint=ckpt.name,
         profile_key=matrix.score_profile(ckpt.name).key,
         concurrency=matrix.cfg.concurrency,
-        progress=partial(matrix.progress, f"score {ckpt.name} {task}"),
+        progress=partial(matrix.progress, f"score {ckpt.name} {what}"),
     )
+    if rotated:
+        return continuation.score_choices(matrix.circular[task], job)
     if task == rag_task.TASK and matrix.rag is not None:
         return generate.score_generation(matrix.rag.generation, job)
     if task in matrix.generation:

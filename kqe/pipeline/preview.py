@@ -173,6 +173,7 @@ def preview(matrix: RunMatrix, rates: Rates) -> list[str]:
     if matrix.rag is not None:  # its generated answers, beside its choice items
         items[rag_task.TASK] = len(matrix.rag.generation)
     items |= {task: len(generation.items) for task, generation in matrix.generation.items()}
+    items |= {f"{task}{ROTATIONS}": len(rotated) for task, rotated in matrix.circular.items()}
     lines = [
         f"plan: {len(matrix.plan.entries)} checkpoints; items per task: "
         + ", ".join(f"{task} {n}" for task, n in items.items())
@@ -192,6 +193,8 @@ def preview(matrix: RunMatrix, rates: Rates) -> list[str]:
     return lines
 
 
+ROTATIONS = " circular"
+"""What names a task's `--circular` rotations in the plan (`kmmlu circular 60`): short items, at its rate."""
 _STAGE_WORDS = {"build": "building", "serve": "server starts", "score": "scoring", "perplexity": "perplexity"}
 """How the estimate names each stage of `_entry_plan`."""
 
@@ -234,7 +237,8 @@ def _entry_plan(
         files = stage_files(matrix, found)
         if files.complete():
             return f"{building}; every task scored already", cost
-        left = {task: n for task, n in items.items() if task not in files.finished_runs()}
+        done = [*files.finished_runs(), *(f"{task}{ROTATIONS}" for task in files.finished_circular())]
+        left = {task: n for task, n in items.items() if task not in done}
     n_items = sum(left.values())
     rag_tokens = (
         mean(i.prompt_tokens for i in matrix.rag.generation) if matrix.rag and matrix.rag.generation else None

@@ -19,6 +19,7 @@ from evals.serving import hardware, serve
 from evals.statistics import (
     averages,
     choice_bias,
+    circular,
     generation_findings,
     parallel,
     perplexity_stats,
@@ -166,6 +167,7 @@ def _findings(
         vs_control=_calibration_effect(control, outcome),
         averages=averages.checkpoint_averages(outcome.items, base_items, matrix.sources),
         choices=choice_bias.checkpoint_choices(outcome.name, outcome.items),
+        circular=circular.checkpoint_circular(outcome.items, outcome.circular, base_items, base.circular),
     )
     rag = None
     if matrix.rag is not None:

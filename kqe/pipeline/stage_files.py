@@ -31,6 +31,10 @@ class StageFiles:
     """Task → its ScoreRun record, keyed by the task's items too."""
     items: dict[str, Path]
     """Task → its per-item JSON Lines file."""
+    circular_runs: dict[str, Path]
+    """Task → the ScoreRun of its rotated items (`--circular`), keyed by them; empty without it."""
+    circular_items: dict[str, Path]
+    """Task → the per-item file of its rotated items (`<item_id>@rot<r>`), keyed as its ScoreRun."""
     load: Path
     """Capacity under load (CapacityReport, from `vllm bench serve`)."""
     load_wanted: bool
@@ -45,12 +49,20 @@ class StageFiles:
         runs = {task: read_record(path, ScoreRun) for task, path in self.runs.items() if path.exists()}
         return {task: run for task, run in runs.items() if Path(run.items_path).exists()}
 
+    def finished_circular(self) -> dict[str, ScoreRun]:
+        """The tasks whose rotated items are all scored and still there."""
+        runs = {
+            task: read_record(path, ScoreRun) for task, path in self.circular_runs.items() if path.exists()
+        }
+        return {task: run for task, run in runs.items() if Path(run.items_path).exists()}
+
     def load_done(self) -> bool:
         return not self.load_wanted or self.load.exists()
 
     def complete(self) -> bool:
         """Whether nothing is left to serve this checkpoint for."""
         finished = len(self.finished_runs()) == len(self.runs)
+        finished &= len(self.finished_circular()) == len(self.circular_runs)
         return self.memory.exists() and finished and self.load_done() and self.perplexity.exists()
 
     def capacity(self) -> CapacityReport | None:
@@ -79,6 +91,8 @@ def stage_files(matrix: RunMatrix, ckpt: Checkpoint) -> StageFiles:
     task_items |= matrix.rag.stage_items() if matrix.rag else {}
     task_items |= {task: generation.stage_items() for task, generation in matrix.generation.items()}
     task_keys = {t: content_hash(key, ids) for t, ids in task_items.items()}
+    # no --circular, no circular key: every other file keys as it did before it existed
+    circular_keys = {t: content_hash(key, [p.item_id for p in ps]) for t, ps in matrix.circular.items()}
     held_out = catalog.holdout_documents(matrix.ws)
     texts = {name: perplexity.documents_sha(documents) for name, documents in held_out.items()}
     ppl_key = content_hash(*parts, texts, [perplexity.WINDOW_TOKENS, perplexity.MAX_TOKENS, "windows"])
@@ -89,6 +103,10 @@ def stage_files(matrix: RunMatrix, ckpt: Checkpoint) -> StageFiles:
         memory=stages / f"{name}.{key}.memory.json",
         runs={task: stages / f"{name}.{task}.{k}.score.json" for task, k in task_keys.items()},
         items={task: matrix.out / "items" / name / f"{task}.{k}.jsonl" for task, k in task_keys.items()},
+        circular_runs={t: stages / f"{name}.{t}.circular.{k}.score.json" for t, k in circular_keys.items()},
+        circular_items={
+            t: matrix.out / "items" / name / f"{t}.circular.{k}.jsonl" for t, k in circular_keys.items()
+        },
         load=stages / f"{name}.{key}.capacity.json",
         load_wanted=matrix.cfg.load and not (dequantized or planned),
         perplexity=stages / f"{name}.{ppl_key}.perplexity.json",
