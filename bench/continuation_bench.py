@@ -100,6 +100,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="timed passes of each")
     args = parser.parse_args()
     os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ["DISABLE_MULTIPROC"] = "1"  # lm-eval's forked bootstrap pool can deadlock (tests/conftest.py)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("lm_eval").setLevel(logging.CRITICAL)
     ws = Workspace.from_env()

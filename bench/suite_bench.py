@@ -331,6 +331,9 @@ def main() -> None:
     parser.add_argument("--quantize-schemes", help="schemes timed against the bare script (default: by mode)")
     args = parser.parse_args()
     os.environ.setdefault("TQDM_DISABLE", "1")  # lm-eval's task loading would draw progress bars
+    # lm-eval forks a pool for a corpus metric's bootstrap stderr; forked beside the threads of a server's
+    # client it can deadlock (tests/conftest.py); its own switch keeps it in-process
+    os.environ["DISABLE_MULTIPROC"] = "1"
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
     parts = [part.strip() for part in args.only.split(",") if part.strip()]

@@ -24,6 +24,12 @@ if "PYTEST_XDIST_WORKER" in os.environ:
     os.environ.pop("COLUMNS", None)
     os.environ.pop("LINES", None)
 
+# lm-eval's bootstrap stderr of a corpus metric (chrF, BLEU) forks a multiprocessing pool; forked from a
+# test process that runs threads (a server's log reader, aiohttp's resolver), a pool worker can inherit a
+# held lock and wait forever (seen: tests/test_lm_eval_generation_serve.py hung the suite). Its own switch
+# computes the same bootstrap in-process.
+os.environ["DISABLE_MULTIPROC"] = "1"
+
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
