@@ -32,8 +32,14 @@ try:  # kqe's imports take seconds: Ctrl-C among them is an interrupt like any o
     from kqe.commands.tasks import tasks_command
     from kqe.core.text import printable
 except KeyboardInterrupt:
+    import os as _os
+
     sys.stderr.write("kqe: interrupted while starting; nothing was done\n")
-    sys.exit(130)
+    sys.stderr.flush()
+    # not sys.exit: an interrupt that landed in code a C extension ran (PyRun_String) marks itself
+    # unhandled for good, and the interpreter's exit then re-raises SIGINT (status -2, not 130);
+    # nothing was started, so there is nothing for atexit to clean up
+    _os._exit(130)
 
 
 @contextlib.contextmanager

@@ -6,6 +6,7 @@ and the clusters' p; the p formatter; every committed run.json still read."""
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 
 import numpy as np
@@ -150,13 +151,32 @@ def test_a_p_prints_down_to_the_display_floor_and_as_below_it_under(
     assert format_p(p) == plain and format_p(p, "p") == labelled
 
 
-def test_every_committed_run_summary_still_reads() -> None:
+def _floor_of(method: str | None) -> float:
+    """The least p the method a record names can give: 2^(1−K) for an exact sign-flip over K, else 0."""
+    found = re.fullmatch(r"exact sign-flip over (\d+) \w+", method or "")
+    return sign_flip_floor(int(found[1])) if found else 0.0
+
+
+def test_every_committed_run_summary_reads_and_no_p_is_below_its_clusters_reach() -> None:
     found = sorted(RESULTS.rglob("run.json"))
     assert found, "results/ holds committed runs"
+    rerun = 0
     for path in found:
         run = RunSummary.model_validate_json(path.read_text(encoding="utf-8"))
-        assert all(c.p_method is None for c in run.perplexity_comparisons), path
-        assert all(c.cluster_p is None and c.cluster_p_method is None for c in run.comparisons), path
+        methods = {c.p_method is None for c in run.perplexity_comparisons}
+        assert len(methods) <= 1, path  # a run's p-values come from one version of the method
+        if methods == {False}:  # made after the fix: every p within what its units resolve
+            rerun += 1
+            for c in run.perplexity_comparisons:
+                assert c.p is None or c.p >= _floor_of(c.p_method), (path, c.text_set, c.p_method)
+            for comparison in run.comparisons:
+                assert comparison.cluster_p_method is not None, (path, comparison.task)
+                assert comparison.cluster_p is None or comparison.cluster_p >= _floor_of(
+                    comparison.cluster_p_method
+                )
+        else:
+            assert all(c.cluster_p is None and c.cluster_p_method is None for c in run.comparisons), path
+    assert rerun >= 1, "the committed default run was made with cluster-level p"
 
 
 def test_the_calibration_simulation_counts_null_rejections_per_method() -> None:
