@@ -14,7 +14,7 @@ import pytest
 
 from evals.reporting.choice_report import circular_section
 from evals.reporting.leaderboard import COLUMNS, read_leaderboard
-from evals.reporting.leaderboard_row import LeaderboardRow, columns
+from evals.reporting.leaderboard_row import LeaderboardRow, columns, scored_tasks
 from evals.reporting.row_cells import circular_cells
 from evals.scoring.score import item_result
 from evals.statistics.circular import CircularScores, checkpoint_circular, circular_items, circular_scores
@@ -176,6 +176,9 @@ def test_circular_columns_and_section_appear_only_where_a_run_asked_for_them() -
     assert "removes the letter prior by construction" in section and "Liu et al. 2023" in section
     assert "| 20 | 30.0% | 10.0% | (base) |" in section.split("| bf16 |")[1].split("\n")[0]
     assert "| 20 | 30.0% | 5.0% | -5.0 [-15.0, -5.0] |" in section.split("| awq-w4a16-ko70 |")[1]
+    beside = [r.model_copy(update={"tasks": r.tasks | {"lmeval_acc": 0.3}}) for r in asked]
+    assert "lmeval" in scored_tasks(beside)  # an lm-eval task, never rotated, has no circular columns
+    assert "\n".join(circular_section(beside)) == section
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from evals.reporting.leaderboard_row import LeaderboardRow, scored_tasks
 from evals.reporting.plots import collapsed_on, task_label
 from evals.reporting.report_text import cell
+from evals.reporting.task_columns import CIRCULAR_COLUMNS
 from kqe.core.schemes import BASE_SCHEME
 
 TITLE = "Letter preference"
@@ -85,7 +86,12 @@ def debiased_section(rows: Sequence[LeaderboardRow]) -> list[str]:
 def circular_section(rows: Sequence[LeaderboardRow]) -> list[str]:
     """Per checkpoint and task: accuracy as scored and CircularEval accuracy on the `--circular` items,
     and the circular Δ against the base with its 95% CI; empty where the run did not ask for it."""
-    tasks = [p for p in scored_tasks(rows) if any(getattr(r, f"{p}_acc_circular") is not None for r in rows)]
+    tasks = [
+        p
+        for p in scored_tasks(rows)
+        if f"{p}_acc_circular" in CIRCULAR_COLUMNS  # registry tasks only: lm-eval tasks are not rotated
+        and any(getattr(r, f"{p}_acc_circular") is not None for r in rows)
+    ]
     if not tasks:
         return []
     lines = [
