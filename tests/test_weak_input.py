@@ -258,7 +258,23 @@ def test_sigint_at_start_exits_130_without_traceback(
     """SIGINT to the real entry point while it starts (imports, options, checks): 130, one line."""
     env = {**os.environ, "KQE_HOME": str(tmp_path / "home"), "KQE_SERVE_VENV": str(REPO / ".venv-serve"),
            "PYTHONPATH": str(REPO)}  # fmt: skip
-    command = [sys.executable, "-m", "kqe.cli", "eval", "--model", str(tiny_model_dir)]
+    # started as from a shell, SIGINT at its default: an exec keeps an ignored signal ignored, and a test
+    # worker that ran other tests (servers, Ray) may have left it so (the child then ran to its own end)
+    as_from_a_shell = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        "os.execv(sys.argv[1], sys.argv[1:])"
+    )
+    command = [
+        sys.executable,
+        "-c",
+        as_from_a_shell,
+        sys.executable,
+        "-m",
+        "kqe.cli",
+        "eval",
+        "--model",
+        str(tiny_model_dir),
+    ]
     process = subprocess.Popen(
         command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
