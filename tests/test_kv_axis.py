@@ -1,0 +1,120 @@
+"""`kqe eval --kv-cache-dtypes` (fast): the KV rows of the matrix, their profiles and plans, and the
+one-line errors before anything is built."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evals.planning.placement import place, target_from
+from evals.planning.vllm_memory import gpu_named
+from evals.serving.cpu import CpuKernels
+from evals.serving.hardware import Device, for_device
+from evals.serving.serve import load_profile
+from kqe.core.errors import UserError
+from kqe.core.kv_cache import AUTO
+from kqe.core.registry import load_registry
+from kqe.core.schemes import scheme_info
+from kqe.pipeline.matrix import MatrixEntry, default_kv_checkpoints, kv_references, kv_variants, plan_matrix
+from tests.helpers.cli import invoke_kqe
+
+GEMMA = load_registry()["gemma3-270m"]
+AMX = Device("cpu", cpu_kernels=CpuKernels("_C", w4a16=True))
+NEEDS_CALIBRATION = {"awq-w4a16": True, "w4a16-rtn": False, "fp8-dynamic": False}
+
+
+def matrix() -> list[MatrixEntry]:
+    schemes = ("bf16", "fp8-dynamic", "awq-w4a16", "w4a16-rtn")
+    return plan_matrix(schemes, ("ko70", "en100"), NEEDS_CALIBRATION.__getitem__)
+
+
+def bits(scheme: str) -> int:
+    return scheme_info(scheme).bits
+
+
+def test_by_default_the_base_and_the_first_4bit_checkpoint_get_kv_rows() -> None:
+    entries = matrix()
+    assert default_kv_checkpoints(entries, bits) == ["bf16", "awq-w4a16-ko70"]
+    only_8bit = plan_matrix(("bf16", "fp8-dynamic"), ("ko70",), NEEDS_CALIBRATION.__getitem__)
+    assert default_kv_checkpoints(only_8bit, bits) == ["bf16"]
+
+
+def test_kv_rows_serve_the_weights_they_name_each_with_its_dtype() -> None:
+    entries = matrix()
+    rows = kv_variants(entries, (AUTO, "fp8", "fp8_e5m2"), ["bf16", "w4a16-rtn"])
+    assert [row.name for row in rows] == [
+        "bf16+kv-fp8", "bf16+kv-fp8_e5m2", "w4a16-rtn+kv-fp8", "w4a16-rtn+kv-fp8_e5m2",
+    ]  # fmt: skip
+    rtn = next(entry for entry in entries if entry.name == "w4a16-rtn")
+    for row in rows:
+        source = next(entry for entry in entries if entry.name == row.weights)
+        assert (row.scheme, row.mix, row.built_as) == (source.scheme, source.mix, source.name)
+        assert row.kv_cache_dtype != AUTO
+    assert kv_references([*entries, *rows]) == {row.name: row.weights for row in rows}
+    assert rtn.built_as == "w4a16-rtn" and rtn.kv_cache_dtype == AUTO
+
+
+def test_a_kv_checkpoint_the_run_does_not_build_is_one_line_naming_the_ones_it_does() -> None:
+    with pytest.raises(UserError) as err:
+        kv_variants(matrix(), (AUTO, "fp8"), ["bf16", "awq-w4a16"])
+    message = str(err.value)
+    assert "\n" not in message and "--kv-checkpoints" in message and "awq-w4a16-ko70" in message
+
+
+def test_a_kv_row_is_scored_and_planned_with_its_dtype_and_nothing_else_changed() -> None:
+    profile = for_device(load_profile("cpu-small"), AMX)
+    formats = {"bf16": "bf16", "bf16+kv-fp8": "bf16"}
+    kv = {"bf16": AUTO, "bf16+kv-fp8": "fp8"}
+    here = place(GEMMA, formats, None, AMX, profile, None, kv)
+    auto, fp8 = (here.of(name).score for name in formats)
+    assert auto is not None and fp8 is not None
+    assert (auto.profile.kv_cache_dtype, fp8.profile.kv_cache_dtype) == (AUTO, "fp8")
+    assert auto.profile.model_copy(update={"kv_cache_dtype": "fp8"}) == fp8.profile
+    assert auto.profile.key != fp8.profile.key  # its stage files are its own
+    target = target_from(gpu_named("rtx4090"), None, load_profile("rtx4090-16k"))
+    planned = place(GEMMA, formats, target, AMX, target.profile, profile, kv)
+    plans = [planned.of(name).target_plan for name in formats]
+    assert plans[0] is not None and plans[1] is not None
+    assert plans[1].kv_bytes_per_token * 2 == plans[0].kv_bytes_per_token
+    assert plans[1].max_concurrency > 1.9 * plans[0].max_concurrency
+
+
+def test_the_dry_run_lists_each_kv_row_with_the_kv_dtype_it_is_served_with(
+    monkeypatch: pytest.MonkeyPatch, home_with_sources: Path, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    asked = ["eval", "--model", str(tiny_model_dir), "--schemes", "bf16,w4a16-rtn", "--tasks", "mmlu"]
+    asked += ["--limit", "8", "--kv-cache-dtypes", "auto,fp8", "--dry-run", "--json"]
+    plan = json.loads(invoke_kqe(monkeypatch, home_with_sources, tmp_path, asked).stdout)
+    served = {c["name"]: (c["scheme"], c["score_placement"]["kv_cache_dtype"]) for c in plan["checkpoints"]}
+    assert served == {
+        "bf16": ("bf16", AUTO),
+        "w4a16-rtn": ("w4a16-rtn", AUTO),
+        "bf16+kv-fp8": ("bf16", "fp8"),
+        "w4a16-rtn+kv-fp8": ("w4a16-rtn", "fp8"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("extra", "needles"),
+    [
+        (["--kv-cache-dtypes", "auto,fp4"], ("--kv-cache-dtypes", "'fp4'", "fp8_e4m3")),
+        (["--kv-cache-dtypes", "auto,fp8", "--kv-checkpoints", "awq"], ("--kv-checkpoints", "'awq'", "bf16")),
+        (["--kv-checkpoints", "bf16"], ("--kv-checkpoints", "--kv-cache-dtypes")),
+    ],
+)
+def test_bad_kv_input_is_one_line_before_anything_is_built(
+    monkeypatch: pytest.MonkeyPatch,
+    home_with_sources: Path,
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    extra: list[str],
+    needles: tuple[str, ...],
+) -> None:
+    asked = ["eval", "--model", str(tiny_model_dir), "--tasks", "mmlu", "--limit", "8", *extra]
+    result = invoke_kqe(monkeypatch, home_with_sources, tmp_path, asked)
+    assert result.exit_code != 0
+    said = [line for line in result.output.splitlines() if line.strip()]
+    assert len(said) == 1 and all(needle in said[0] for needle in needles), result.output
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("*.json"))
