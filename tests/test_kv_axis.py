@@ -10,15 +10,23 @@ import pytest
 
 from evals.planning.placement import place, target_from
 from evals.planning.vllm_memory import gpu_named
+from evals.reporting.leaderboard import read_leaderboard
 from evals.serving.cpu import CpuKernels
 from evals.serving.hardware import Device, for_device
 from evals.serving.serve import load_profile
 from kqe.core.errors import UserError
+from kqe.core.eval_config import EvalConfig
+from kqe.core.io import read_record
 from kqe.core.kv_cache import AUTO
 from kqe.core.registry import load_registry
+from kqe.core.results import RunSummary
 from kqe.core.schemes import scheme_info
+from kqe.core.workspace import Workspace
 from kqe.pipeline.matrix import MatrixEntry, default_kv_checkpoints, kv_references, kv_variants, plan_matrix
+from kqe.pipeline.run import run_eval
 from tests.helpers.cli import invoke_kqe
+from tests.helpers.serve_env import needs_serve_env
+from tests.helpers.sources import write_sources
 
 GEMMA = load_registry()["gemma3-270m"]
 AMX = Device("cpu", cpu_kernels=CpuKernels("_C", w4a16=True))
@@ -118,3 +126,32 @@ def test_bad_kv_input_is_one_line_before_anything_is_built(
     said = [line for line in result.output.splitlines() if line.strip()]
     assert len(said) == 1 and all(needle in said[0] for needle in needles), result.output
     assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("*.json"))
+
+
+@pytest.mark.slow
+@needs_serve_env
+def test_an_fp8_kv_row_is_served_by_vllm_with_twice_the_kv_tokens_and_paired_with_its_weights_at_auto(
+    tiny_model_dir: Path, workspace: Workspace
+) -> None:
+    """The tiny model's base at auto and fp8 KV through vLLM: the fp8 row's log counts about twice the
+    tokens in the same pool (what the planner says), its items are paired with the auto row's."""
+    write_sources(workspace)
+    cfg = EvalConfig(
+        model=str(tiny_model_dir),
+        schemes=("bf16",),
+        tasks=("kmmlu",),
+        limit=8,
+        profile="cpu-ci",
+        kv_cache_dtypes=("auto", "fp8"),
+    )
+    board = run_eval(cfg, workspace, lambda what, done, total: None)
+    rows = {row.checkpoint: row for row in read_leaderboard(board)}
+    auto, fp8 = rows["bf16"], rows["bf16+kv-fp8"]
+    assert fp8.status == "ok" and (auto.kv_cache_dtype, fp8.kv_cache_dtype) == (AUTO, "fp8")
+    assert fp8.kv_effect_vs == "bf16" and fp8.kmmlu_kv_effect is not None
+    assert fp8.kmmlu_kv_effect == pytest.approx(fp8.kmmlu_acc - auto.kmmlu_acc)
+    assert auto.kv_cache_tokens and fp8.kv_cache_tokens
+    assert 1.9 < fp8.kv_cache_tokens / auto.kv_cache_tokens < 2.1
+    summary = read_record(board.parent / "run.json", RunSummary)
+    assert "--kv-cache-dtypes auto,fp8" in summary.command
+    assert summary.memory["bf16+kv-fp8"].kv_cache_gib == summary.memory["bf16"].kv_cache_gib  # same pool
