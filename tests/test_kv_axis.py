@@ -10,7 +10,10 @@ import pytest
 
 from evals.planning.placement import place, target_from
 from evals.planning.vllm_memory import gpu_named
+from evals.reporting.kv_report import TITLE as KV_TITLE
+from evals.reporting.kv_report import kv_section
 from evals.reporting.leaderboard import read_leaderboard
+from evals.reporting.report import report_markdown
 from evals.serving.cpu import CpuKernels
 from evals.serving.hardware import Device, for_device
 from evals.serving.serve import load_profile
@@ -25,6 +28,8 @@ from kqe.core.workspace import Workspace
 from kqe.pipeline.matrix import MatrixEntry, default_kv_checkpoints, kv_references, kv_variants, plan_matrix
 from kqe.pipeline.run import run_eval
 from tests.helpers.cli import invoke_kqe
+from tests.helpers.leaderboard_rows import row as board_row
+from tests.helpers.leaderboard_rows import with_cells
 from tests.helpers.serve_env import needs_serve_env
 from tests.helpers.sources import write_sources
 
@@ -155,3 +160,23 @@ def test_an_fp8_kv_row_is_served_by_vllm_with_twice_the_kv_tokens_and_paired_wit
     summary = read_record(board.parent / "run.json", RunSummary)
     assert "--kv-cache-dtypes auto,fp8" in summary.command
     assert summary.memory["bf16+kv-fp8"].kv_cache_gib == summary.memory["bf16"].kv_cache_gib  # same pool
+
+
+def test_the_report_sets_each_kv_row_beside_its_weights_at_auto_per_task_and_per_length() -> None:
+    auto = with_cells(
+        board_row("bf16", "bf16", "none", 0.0, 0.5), {"kv_cache_tokens": 1000, "ko_rag_f1_4k": 0.5}
+    )
+    fp8 = with_cells(
+        board_row("bf16+kv-fp8", "bf16", "none", -0.02, 0.5),
+        {
+            "kv_cache_dtype": "fp8", "kv_effect_vs": "bf16", "kv_cache_tokens": 2000, "ko_rag_f1_4k": 0.4,
+            "kmmlu_kv_effect": -0.02, "kmmlu_kv_effect_ci_low": -0.05, "kmmlu_kv_effect_ci_high": 0.01,
+            "kmmlu_kv_effect_p": 0.3,
+        },
+    )  # fmt: skip
+    assert kv_section([auto]) == []
+    text = "\n".join(kv_section([auto, fp8]))
+    assert "| bf16+kv-fp8 | fp8 | bf16 | -2.0 [-5.0, +1.0]" in text and "2,000 (2.00×)" in text
+    assert "| 4k |" in text and "0.500 → 0.400" in text and "| 1k |" not in text
+    report = report_markdown([auto, fp8], None, None, {}, {})
+    assert f"## {KV_TITLE}" in report
