@@ -25,7 +25,14 @@ from kqe.core.registry import load_registry
 from kqe.core.results import RunSummary
 from kqe.core.schemes import scheme_info
 from kqe.core.workspace import Workspace
-from kqe.pipeline.matrix import MatrixEntry, default_kv_checkpoints, kv_references, kv_variants, plan_matrix
+from kqe.pipeline.matrix import (
+    MatrixEntry,
+    calibration_references,
+    default_kv_checkpoints,
+    kv_references,
+    kv_variants,
+    plan_matrix,
+)
 from kqe.pipeline.run import run_eval
 from tests.helpers.cli import invoke_kqe
 from tests.helpers.leaderboard_rows import row as board_row
@@ -180,3 +187,10 @@ def test_the_report_sets_each_kv_row_beside_its_weights_at_auto_per_task_and_per
     assert "| 4k |" in text and "0.500 → 0.400" in text and "| 1k |" not in text
     report = report_markdown([auto, fp8], None, None, {}, {})
     assert f"## {KV_TITLE}" in report
+
+
+def test_a_kv_row_is_paired_with_its_weights_at_auto_not_with_a_calibration_control() -> None:
+    entries = matrix()
+    rows = kv_variants(entries, (AUTO, "fp8"), ["awq-w4a16-ko70", "awq-w4a16-en100"])
+    references = calibration_references([*entries, *rows], {"ko70": 0.7, "en100": 0.0})
+    assert references == {"awq-w4a16-ko70": "awq-w4a16-en100"}

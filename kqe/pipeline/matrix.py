@@ -68,12 +68,12 @@ def plan_matrix(
 def calibration_references(entries: Sequence[MatrixEntry], korean_share: dict[str, float]) -> dict[str, str]:
     """Checkpoint → the checkpoint of the same scheme calibrated with the least Korean.
 
-    `korean_share` maps mix labels to their asked Korean share. The reference itself, and schemes
-    built with one mix only, have no entry.
+    `korean_share` maps mix labels to their asked Korean share. The reference itself, schemes built
+    with one mix only and KV rows (paired with their weights at auto instead) have no entry.
     """
     by_scheme: dict[str, list[MatrixEntry]] = {}
     for entry in entries:
-        if entry.mix is not None:
+        if entry.mix is not None and entry.weights is None:
             by_scheme.setdefault(entry.scheme, []).append(entry)
     references: dict[str, str] = {}
     for group in by_scheme.values():
