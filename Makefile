@@ -12,6 +12,7 @@ SCORE_PROFILE ?=
 EXTRA ?=
 RUN ?=
 RECIPES ?=
+KV ?=
 EVAL_FLAGS ?=
 EXECUTOR ?= local
 RAY_HEAD ?=
@@ -26,6 +27,7 @@ eval: setup
 	$(KQE) eval --model '$(MODEL)' --schemes '$(SCHEMES)' --calibration '$(CALIB)' \
 	  --tasks '$(TASKS)' $(if $(LIMIT),--limit '$(LIMIT)') --profile '$(PROFILE)' \
 	  --target-gpu '$(TARGET_GPU)' --score-profile '$(SCORE_PROFILE)' --extra '$(EXTRA)' --recipes '$(RECIPES)' --run '$(RUN)' \
+	  $(if $(KV),--kv-cache-dtypes '$(KV)') \
 	  --executor '$(EXECUTOR)' --ray-address '$(RAY_HEAD)' $(EVAL_FLAGS)
 
 # Two pytest workers (pytest-xdist): most of the suite's time waits on vLLM servers starting and stopping,

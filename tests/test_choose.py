@@ -302,3 +302,19 @@ def test_a_collapsed_checkpoint_is_never_chosen_for_that_task() -> None:
     assert not any("admits awq-w4a16" in line for line in result.would_qualify)  # no budget admits it
     on_mmlu = choose(rows, target(), "mmlu", max_loss=1.0, min_concurrency=2)  # it did not collapse there
     assert on_mmlu.chosen is not None and on_mmlu.chosen.checkpoint == "awq-w4a16"
+
+
+def test_an_fp8_kv_row_is_planned_with_its_kv_dtype_and_wins_on_concurrency() -> None:
+    """The same FP8 weights served with an FP8 KV cache: twice the requests on the target, so with
+    a concurrency floor only it qualifies, and it is planned with the KV dtype it was served with."""
+    fp8_kv = row("fp8-dynamic+kv-fp8", "fp8-dynamic", -0.003, -0.008, 0.002, kv_cache_dtype="fp8")
+    rows = [*board(), fp8_kv]
+    plain = choose(rows, target(), "kmmlu", max_loss=1.0, min_concurrency=1)
+    by_name = {c.checkpoint: c for c in plain.candidates}
+    auto, kv = by_name["fp8-dynamic"], by_name["fp8-dynamic+kv-fp8"]
+    assert auto.memory is not None and kv.memory is not None and kv.kv_cache_dtype == "fp8"
+    assert kv.memory.max_concurrency is not None and auto.memory.max_concurrency is not None
+    assert kv.memory.max_concurrency > 1.9 * auto.memory.max_concurrency
+    floor = (auto.memory.max_concurrency + kv.memory.max_concurrency) / 2
+    needing = choose(rows, target(), "kmmlu", max_loss=1.0, min_concurrency=floor)
+    assert needing.chosen is not None and needing.chosen.checkpoint == "fp8-dynamic+kv-fp8"

@@ -43,6 +43,8 @@ CHANGED: dict[str, Any] = {
     "rag_lengths": ("2k", "16k"),
     "rag_questions": 12,
     "circular": 3,
+    "kv_cache_dtypes": ("auto", "fp8"),
+    "kv_checkpoints": ("bf16",),
     "rag_chat_template": True,
     "apply_chat_template": True,
     "include_path": "/tasks/yaml",
@@ -154,6 +156,8 @@ def test_the_reproduce_command_keeps_its_shape() -> None:
         ({"circular": -2}, ("--circular", "-2", "0 for no CircularEval")),
         ({"circular": "1.5"}, ("--circular", "1.5", "whole number")),
         ({"run": "../elsewhere"}, ("../elsewhere", "plain folder name")),
+        ({"kv_cache_dtypes": "auto,fp4"}, ("--kv-cache-dtypes", "'fp4'", "fp8_e5m2")),
+        ({"kv_cache_dtypes": "fp8,fp8"}, ("--kv-cache-dtypes", "twice")),
     ],
 )
 def test_a_bad_value_is_one_line_naming_it(fields: dict[str, Any], needles: tuple[str, ...]) -> None:

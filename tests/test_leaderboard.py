@@ -24,7 +24,7 @@ from evals.reporting.leaderboard_row import (
 )
 from evals.reporting.outcome import CheckpointOutcome, CheckpointResult, TaskFindings
 from evals.reporting.rag_columns import RAG_COLUMNS
-from evals.reporting.task_columns import CIRCULAR_COLUMNS
+from evals.reporting.task_columns import CIRCULAR_COLUMNS, KV_EFFECT_COLUMNS
 from evals.serving.serve import load_profile
 from evals.tasks.registry import COLUMN_SPECS
 from kqe.core.errors import UserError
@@ -138,6 +138,7 @@ def test_round_trip_keeps_values(tmp_path: Path) -> None:
     conditions = {name for name, doc in RAG_COLUMNS.items() if doc.prefix != "ko_rag"}  # none scored
     conditions |= set(GENERATION_COLUMNS)  # no generative task scored
     conditions |= set(CIRCULAR_COLUMNS)  # no --circular
+    conditions |= set(KV_EFFECT_COLUMNS)  # no --kv-cache-dtypes
     assert header == [c for c in COLUMNS if not c.startswith(unscored) and c not in conditions]
     assert "ko_rag_f1_1k" in header and "ko_rag_recall_1k" in header  # ko_rag's own columns, always
 
@@ -287,3 +288,23 @@ def test_a_collapsed_task_carries_its_choice_columns_debiased_delta_and_verdict(
     assert (row.mmlu_acc_debiased, row.mmlu_acc_debiased_delta) == (0.3, -0.01)
     assert (row.mmlu_acc_debiased_ci_low, row.mmlu_acc_debiased_ci_high) == (-0.05, 0.03)
     assert sample_row().mmlu_top_choice is None and sample_row().mmlu_acc_debiased is None  # none found
+
+
+def test_a_kv_variant_row_says_its_kv_dtype_and_its_pairing_with_the_same_weights_at_auto(
+    tmp_path: Path,
+) -> None:
+    name = "bf16+kv-fp8"
+    vs_auto = _SAMPLE_COMPARISON.model_copy(update={"candidate": name, "delta": -0.2, "ci_low": -0.4})
+    outcome = CheckpointOutcome(
+        "tiny", name, "bf16", "none", "ok", checkpoint(name), runs={"mmlu": _SAMPLE_RUN}
+    )
+    tasks = TaskFindings(vs_base={"mmlu": vs_auto}, kv_control="bf16", vs_kv_control={"mmlu": vs_auto})
+    profile = load_profile("cpu-ci").model_copy(update={"kv_cache_dtype": "fp8"})
+    row = build_row(CheckpointResult(outcome, profile, "kqe eval", tasks=tasks))
+    assert (row.kv_cache_dtype, row.kv_effect_vs) == ("fp8", "bf16")
+    assert row.mmlu_kv_effect == pytest.approx(-0.2) and row.mmlu_kv_effect_ci_low == pytest.approx(-0.4)
+    path = tmp_path / "leaderboard.csv"
+    write_leaderboard(path, [sample_row(), row])
+    plain, back = read_leaderboard(path)
+    assert plain.kv_cache_dtype == "auto" and plain.kv_effect_vs is None and plain.mmlu_kv_effect is None
+    assert back.kv_cache_dtype == "fp8" and back.mmlu_kv_effect_p == pytest.approx(vs_auto.mcnemar_p)

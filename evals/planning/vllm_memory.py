@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kqe.core.errors import UserError
+from kqe.core.kv_cache import kv_bytes_per_element
 from kqe.core.records import Engine, EngineSettings, ModelSpec, ServeProfile
 from kqe.core.schemes import BASE_SCHEME, scheme_info
 
@@ -69,16 +70,6 @@ FITTED_OVERHEADS = Overheads(
 )
 """Medians over the corpus's logs that state each part (`kqe plan --check-logs` reports the
 leave-one-out error); a test keeps them equal to `fit_overheads` on the shipped corpus."""
-
-KV_CACHE_DTYPE_BYTES: dict[str, int | None] = {
-    "auto": None,  # the model's dtype
-    "bfloat16": 2,
-    "float16": 2,
-    "fp8": 1,
-    "fp8_e4m3": 1,
-    "fp8_e5m2": 1,
-}
-
 
 ADVISED_SCHEMES = ("awq-w4a16", "fp8-dynamic")
 """What `kqe plan` suggests when the weights do not fit: the guide's two first picks."""
@@ -176,17 +167,10 @@ class PlanRequest(EngineSettings):
 # --- architecture arithmetic ----------------------------------------------------------------------
 
 
-def _kv_dtype_bytes(kv_cache_dtype: str) -> int:
-    if kv_cache_dtype not in KV_CACHE_DTYPE_BYTES:
-        raise UserError(
-            f"unknown --kv-cache-dtype {kv_cache_dtype!r}: use one of {', '.join(KV_CACHE_DTYPE_BYTES)}"
-        )
-    return KV_CACHE_DTYPE_BYTES[kv_cache_dtype] or 2  # auto: the bf16/fp16 model dtype
-
-
 def kv_bytes_per_token(model: ModelSpec, kv_cache_dtype: str = "auto") -> int:
-    """Bytes of K and V for one token over every layer: 2 × layers × kv_heads × head_dim × dtype bytes."""
-    return 2 * model.layers * model.kv_heads * model.head_dim * _kv_dtype_bytes(kv_cache_dtype)
+    """Bytes of K and V for one token over every layer: 2 × layers × kv_heads × head_dim × dtype bytes
+    (the KV dtype registry's, `kqe/core/kv_cache.py`: 1 for fp8, the 16-bit model dtype's 2 for auto)."""
+    return 2 * model.layers * model.kv_heads * model.head_dim * kv_bytes_per_element(kv_cache_dtype)
 
 
 def weights_bytes(model: ModelSpec, scheme: str, tensor_parallel_size: int = 1) -> float:
@@ -264,7 +248,7 @@ def kv_capacity(req: PlanRequest, kv_bytes: int) -> KvCapacity:
     """vLLM's capacity for a pool: the null block is held back in the start-up check, not in the count."""
     model, tp = req.model, req.tensor_parallel_size
     block = BLOCK_SIZE[req.engine]
-    token_bytes = 2 * max(1, model.kv_heads // tp) * model.head_dim * _kv_dtype_bytes(req.kv_cache_dtype)
+    token_bytes = 2 * max(1, model.kv_heads // tp) * model.head_dim * kv_bytes_per_element(req.kv_cache_dtype)
     groups = kv_groups(model)
     bytes_per_block = groups.layers_per_group * block * token_bytes
     in_flight = BATCHES_IN_FLIGHT[req.engine] * batched_tokens(req)

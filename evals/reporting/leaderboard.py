@@ -113,7 +113,8 @@ def _found_cells(result: CheckpointResult) -> dict[str, object]:
 def _comparison_cells(runs: dict[str, ScoreRun], findings: TaskFindings) -> dict:
     """Accuracy, comparison with the base and calibration effect, per task column prefix."""
     cells: dict = {}
-    scored = dict.fromkeys(filter(fills_task_columns, [*runs, *findings.vs_base, *findings.vs_control]))
+    compared = [*findings.vs_base, *findings.vs_control, *findings.vs_kv_control]
+    scored = dict.fromkeys(filter(fills_task_columns, [*runs, *compared]))
     for task in sorted(scored, key=lambda task: task in PARALLEL_TASKS):  # a matched ko_en_gap wins
         prefix = column_prefix(task)  # of tasks sharing a prefix, a run scores one
         if task in runs or task in findings.vs_base:
@@ -124,9 +125,14 @@ def _comparison_cells(runs: dict[str, ScoreRun], findings: TaskFindings) -> dict
             cells.update(row_cells.circular_cells(prefix, findings.circular.get(task)))
         effect = findings.vs_control.get(task)
         if effect is not None:
-            cells.update(_calibration_effect_cells(prefix, effect))
+            cells.update(_effect_cells(prefix, "calib_effect", effect))
+        kv_effect = findings.vs_kv_control.get(task)
+        if kv_effect is not None:
+            cells.update(_effect_cells(prefix, "kv_effect", kv_effect))
     if findings.vs_control:
         cells["calib_effect_vs"] = findings.calibration_control
+    if findings.vs_kv_control:
+        cells["kv_effect_vs"] = findings.kv_control
     return cells
 
 
@@ -143,6 +149,7 @@ def _identity_cells(result: CheckpointResult, scheme: str) -> dict[str, object]:
         "suite_version": __version__,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "serve_profile": f"{profile.name}:{profile.key}",
+        "kv_cache_dtype": profile.kv_cache_dtype,
         "command": result.command,
     }
 
@@ -158,14 +165,13 @@ def _memory_cells(base: MemoryReport | None, memory: MemoryReport | None) -> dic
     }
 
 
-def _calibration_effect_cells(prefix: str, effect: Comparison) -> dict[str, float]:
-    return {
-        f"{prefix}_calib_effect": effect.delta,
-        f"{prefix}_calib_effect_ci_low": effect.ci_low,
-        f"{prefix}_calib_effect_ci_high": effect.ci_high,
-        f"{prefix}_calib_effect_p": effect.mcnemar_p,
-        f"{prefix}_calib_effect_mde": effect.mde,
-    }
+def _effect_cells(prefix: str, group: str, effect: Comparison) -> dict[str, float | None]:
+    """A paired effect's columns: `calib_effect` (with its MDE) or `kv_effect`."""
+    cells = {f"{prefix}_{group}{end}": getattr(effect, field) for end, field in _EFFECT_FIELDS.items()}
+    return cells | ({f"{prefix}_{group}_mde": effect.mde} if group == "calib_effect" else {})
+
+
+_EFFECT_FIELDS = {"": "delta", "_ci_low": "ci_low", "_ci_high": "ci_high", "_p": "mcnemar_p"}
 
 
 def _failed_row(result: CheckpointResult) -> LeaderboardRow:

@@ -21,6 +21,7 @@ from evals.reporting.task_columns import (
     CALIBRATION_EFFECT_COLUMNS,
     CIRCULAR_COLUMNS,
     COMPARISON_COLUMNS,
+    KV_EFFECT_COLUMNS,
     TASK_COLUMNS,
     Cell,
     cell,
@@ -28,7 +29,7 @@ from evals.reporting.task_columns import (
 from evals.tasks.registry import COLUMN_SPECS
 from kqe.core.records import Record
 
-LEADERBOARD_SCHEMA_VERSION = 8
+LEADERBOARD_SCHEMA_VERSION = 9
 """Version of the leaderboard's columns (`schema_version`), bumped when a column is added or changes: 4
 target/placement; 5 perplexity CIs, verdicts, calibration effect, KO−EN gap; 6 ko_rag answerable F1/EM
 and abstain precision, lmeval_*, faq_*, ko_en_gap_pairing, load_* by `vllm bench serve`; 7 ko_rag per
@@ -36,14 +37,15 @@ condition (oracle, depth grid, closed-book gain), retrieval recall, ko_rag_hangu
 retrieved condition alone (older boards averaged every item they had, all retrieved then); 8 ppl_lo_*
 (LibreOffice's help pages in Korean and English, their KO−EN gap), and per task the top choice and its
 share (answer collapse, also in the verdict) and the letter-debiased accuracy with its Δ and CI (older
-boards read them as empty). A registry
+boards read them as empty); 9 kv_cache_dtype and kv_effect_vs (`--kv-cache-dtypes`; `<prefix>_kv_effect*`
+only in runs with a non-auto KV row). A registry
 task with a new column prefix (mmmlu_*, belebele_*), or `--circular`'s `<prefix>_acc_circular*`, adds
 columns only to the runs that have them: no bump."""
-READABLE_SCHEMA_VERSIONS = (3, 4, 5, 6, 7, 8)
+READABLE_SCHEMA_VERSIONS = (3, 4, 5, 6, 7, 8, 9)
 """Versions this suite reads: an older board's missing columns (all optional) read as empty."""
 
 
-GENERATED_COLUMNS = TASK_COLUMNS | CIRCULAR_COLUMNS | RAG_COLUMNS | GENERATION_COLUMNS
+GENERATED_COLUMNS = TASK_COLUMNS | CIRCULAR_COLUMNS | KV_EFFECT_COLUMNS | RAG_COLUMNS | GENERATION_COLUMNS
 """Every generated column: name -> its prefix (group), type and docs."""
 
 
@@ -89,6 +91,12 @@ class LeaderboardRow(Record):
     calib_effect_vs: str | None = None
     """Checkpoint of the same scheme calibrated on another mix that this row is paired with
     (`awq-w4a16-en100` for `awq-w4a16-ko70`); empty when the run has no such pair."""
+    kv_cache_dtype: str | None = None
+    """`--kv-cache-dtype` the row was served with: `auto` (the model's dtype) or an FP8 one
+    (`--kv-cache-dtypes`); empty on boards before schema 9, all served at auto."""
+    kv_effect_vs: str | None = None
+    """For a row served with a non-auto KV dtype (`bf16+kv-fp8`): the row of the same weights at auto
+    KV it is paired with (`<task>_kv_effect`); empty otherwise."""
     # perplexity columns
     ppl_ko: float | None = None
     """Perplexity (per token of this model's tokenizer) on held-out Korean text (bills never used for
@@ -265,7 +273,7 @@ def _layout() -> list[str]:
     """Column order of the CSV: the per-task groups sit where the comparison and averages belong."""
     before = {
         "ko_en_gap": [*COMPARISON_COLUMNS, *CIRCULAR_COLUMNS],
-        "ppl_ko": [*CALIBRATION_EFFECT_COLUMNS, *AVERAGES_COLUMNS],
+        "ppl_ko": [*CALIBRATION_EFFECT_COLUMNS, *KV_EFFECT_COLUMNS, *AVERAGES_COLUMNS],
         "serving": [*RAG_COLUMNS, *GENERATION_COLUMNS],
     }
     columns: list[str] = []

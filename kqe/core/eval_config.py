@@ -17,6 +17,7 @@ from pydantic import field_validator
 
 from kqe.core import defaults
 from kqe.core.errors import UserError
+from kqe.core.kv_cache import AUTO, parse_kv_dtypes
 from kqe.core.records import ItemChoice, Record
 from kqe.core.workspace import safe_name
 
@@ -174,6 +175,13 @@ class EvalConfig(Record):
     those over the profile's max-model-len are skipped and said so."""
     rag_questions: int | None = defaults.RAG_DEFAULT_QUESTIONS
     """ko_rag questions drawn (seeded; 0: every question), each scored in every condition and length."""
+    kv_cache_dtypes: tuple[str, ...] = (AUTO,)
+    """KV-cache dtypes to serve, comma-separated, of auto, fp8, fp8_e4m3, fp8_e5m2 (`kqe/core/kv_cache.py`):
+    each checkpoint of `--kv-checkpoints` is served again with each one under the same profile otherwise,
+    as a row of its own (`bf16+kv-fp8`) paired with the same weights at auto and with the base."""
+    kv_checkpoints: tuple[str, ...] = ()
+    """Checkpoints served with every `--kv-cache-dtypes` dtype, comma-separated (names as in the
+    leaderboard); empty: the base and the run's first 4-bit checkpoint."""
     circular: int = 0
     """CircularEval on this many items per letter-choice task (seeded; the same for every checkpoint):
     each is asked again in every cyclic rotation of its options, 3 more requests per item for 4
@@ -241,6 +249,16 @@ class EvalConfig(Record):
         if value is not None and value < 0:
             raise UserError(f"--rag-questions {value} is negative: give a count, or 0 for every question")
         return value or None  # 0, as --limit 0: every question
+
+    @field_validator("kv_cache_dtypes", mode="before")
+    @classmethod
+    def _kv_dtypes(cls, value: Any) -> tuple[str, ...]:
+        return parse_kv_dtypes(split_list(_comma_text(value)) or (AUTO,))
+
+    @field_validator("kv_checkpoints", mode="before")
+    @classmethod
+    def _kv_checkpoint_list(cls, value: Any) -> tuple[str, ...]:
+        return split_list(_comma_text(value))
 
     @field_validator("circular", mode="before")
     @classmethod

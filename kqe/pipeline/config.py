@@ -29,7 +29,14 @@ from kqe.core.records import CalibrationSet, ModelSpec, ServeProfile
 from kqe.core.registry import check_remote_code, resolve_model
 from kqe.core.schemes import BASE_SCHEME, scheme_info
 from kqe.core.workspace import Workspace
-from kqe.pipeline.matrix import MatrixEntry, calibration_references, mix_label, plan_matrix
+from kqe.pipeline.matrix import (
+    MatrixEntry,
+    calibration_references,
+    default_kv_checkpoints,
+    kv_variants,
+    mix_label,
+    plan_matrix,
+)
 from quantize import build, calibration, contamination, external, schemes
 from quantize.recipes import resolve_recipes
 
@@ -120,6 +127,7 @@ def plan_run(cfg: EvalConfig, ws: Workspace, spec: ModelSpec) -> RunPlan:
     entries += [MatrixEntry(name, external.EXTRA_SCHEME, None) for name in extras]
     if len(extras) != len(cfg.extra) or len({entry.name for entry in entries}) != len(entries):
         raise UserError(f"extra {','.join(cfg.extra)!r} repeats a checkpoint name: list each folder once")
+    entries += _kv_entries(cfg, entries, recipes)
     prompts.check_tasks(list(cfg.tasks))
     prompts.check_limit(cfg.limit)
     check_circular(cfg, ws)
@@ -132,8 +140,25 @@ def plan_run(cfg: EvalConfig, ws: Workspace, spec: ModelSpec) -> RunPlan:
     profile = hardware.for_device(named, local)  # the dtype of a `native` CPU profile, for this CPU
     forced_port()  # a KQE_PORT in use is said now, not when the first server starts
     formats = {e.name: recipes[e.scheme].scheme if e.scheme in recipes else e.scheme for e in entries}
-    placement = _placement(cfg, local, spec, profile, formats)
+    kv_dtypes = {entry.name: entry.kv_cache_dtype for entry in entries}
+    placement = _placement(cfg, local, spec, profile, formats, kv_dtypes)
     return RunPlan(spec, profile, entries, recipes, extras, placement, hardware.native_dtype_on(local))
+
+
+def _kv_entries(
+    cfg: EvalConfig, entries: list[MatrixEntry], recipes: dict[str, schemes.Recipe]
+) -> list[MatrixEntry]:
+    """`--kv-cache-dtypes`' rows: the chosen checkpoints served again with each non-auto KV dtype."""
+    if len(cfg.kv_cache_dtypes) == 1:
+        if cfg.kv_checkpoints:
+            raise UserError("--kv-checkpoints names what --kv-cache-dtypes varies: give both, e.g. auto,fp8")
+        return []
+
+    def bits(name: str) -> int | None:
+        return scheme_info(recipes[name].scheme).bits if name in recipes else None
+
+    chosen = cfg.kv_checkpoints or default_kv_checkpoints(entries, bits)
+    return kv_variants(entries, cfg.kv_cache_dtypes, chosen)
 
 
 def circular_tasks(cfg: EvalConfig) -> list[str]:
@@ -162,7 +187,12 @@ def lm_eval_tasks(cfg: EvalConfig) -> list[lm_eval_bridge.BridgedTask]:
 
 
 def _placement(
-    cfg: EvalConfig, local: Device, spec: ModelSpec, profile: ServeProfile, formats: dict[str, str]
+    cfg: EvalConfig,
+    local: Device,
+    spec: ModelSpec,
+    profile: ServeProfile,
+    formats: dict[str, str],
+    kv_dtypes: dict[str, str],
 ) -> PlacementPlan:
     target = None
     if cfg.target_gpu or cfg.gpu_gib:
@@ -171,7 +201,7 @@ def _placement(
         target = target_from(gpu, cfg.gpu_gib, profile)
     named = cfg.score_profile or (defaults.CPU_PROFILE if target and local.engine == "cpu" else None)
     score_profile = hardware.for_device(serve.load_profile(named), local) if named else None
-    return place(spec, formats, target, local, profile, score_profile)
+    return place(spec, formats, target, local, profile, score_profile, kv_dtypes)
 
 
 def _choice_prompts(

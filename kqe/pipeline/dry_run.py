@@ -151,6 +151,7 @@ def _checkpoint(placement: Placement, mix: str | None, stages: Path, items: int 
             "device": score.device,
             "tensor_parallel_size": score.profile.tensor_parallel_size,
             "cpu_offload_gib": score.profile.cpu_offload_gib,
+            "kv_cache_dtype": score.profile.kv_cache_dtype,
             "why": score.why,
         },
         "not_scored": placement.reason,

@@ -81,8 +81,18 @@ def checkpoint_outcome(
 
 
 def _checkpoint(matrix: RunMatrix, entry: MatrixEntry) -> tuple[Checkpoint, bool]:
-    """The entry's checkpoint, and whether this run built it: a pre-quantized extra (checked against
-    the base), a finished build of the same inputs, or a new build (progress by layer groups)."""
+    """The entry's checkpoint, and whether this run built it; a KV variant (`bf16+kv-fp8`) serves the
+    checkpoint of the entry whose weights it names, under its own name."""
+    if entry.weights is None:
+        return _own_checkpoint(matrix, entry)
+    source = next(e for e in matrix.plan.entries if e.name == entry.weights)
+    ckpt, built = _own_checkpoint(matrix, source)
+    return ckpt.model_copy(update={"name": entry.name}), built
+
+
+def _own_checkpoint(matrix: RunMatrix, entry: MatrixEntry) -> tuple[Checkpoint, bool]:
+    """A pre-quantized extra (checked against the base), a finished build of the same inputs, or a
+    new build (progress by layer groups), and whether this run built it."""
     reference = matrix.plan.extras.get(entry.name)
     if reference is not None:
         return external.external_checkpoint(matrix.ws, matrix.base, reference), False

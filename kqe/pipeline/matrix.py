@@ -9,9 +9,10 @@ Where a scheme is built with several mixes, each is paired with the mix holding 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kqe.core.errors import UserError
+from kqe.core.kv_cache import AUTO, kv_row_name
 from kqe.core.schemes import BASE_SCHEME
 from quantize.calibration import NAMED_MIXES, parse_mix
 
@@ -26,6 +27,15 @@ class MatrixEntry:
     """Scheme it is built with."""
     mix: str | None
     """Calibration mix label (`ko70`, `ko60en40`), or None for a scheme without calibration."""
+    kv_cache_dtype: str = AUTO
+    """`--kv-cache-dtype` it is served with (`kqe/core/kv_cache.py`); the run's profile otherwise."""
+    weights: str | None = None
+    """The entry whose checkpoint it serves (`bf16` for `bf16+kv-fp8`); None: its own build."""
+
+    @property
+    def built_as(self) -> str:
+        """The entry whose checkpoint this one is: itself, or the one whose weights it serves."""
+        return self.weights or self.name
 
 
 def mix_label(mix: str) -> str:
@@ -58,12 +68,12 @@ def plan_matrix(
 def calibration_references(entries: Sequence[MatrixEntry], korean_share: dict[str, float]) -> dict[str, str]:
     """Checkpoint → the checkpoint of the same scheme calibrated with the least Korean.
 
-    `korean_share` maps mix labels to their asked Korean share. The reference itself, and schemes
-    built with one mix only, have no entry.
+    `korean_share` maps mix labels to their asked Korean share. The reference itself, schemes built
+    with one mix only and KV rows (paired with their weights at auto instead) have no entry.
     """
     by_scheme: dict[str, list[MatrixEntry]] = {}
     for entry in entries:
-        if entry.mix is not None:
+        if entry.mix is not None and entry.weights is None:
             by_scheme.setdefault(entry.scheme, []).append(entry)
     references: dict[str, str] = {}
     for group in by_scheme.values():
@@ -72,3 +82,36 @@ def calibration_references(entries: Sequence[MatrixEntry], korean_share: dict[st
         reference = min(group, key=lambda e: korean_share[e.mix or ""])
         references |= {e.name: reference.name for e in group if e is not reference}
     return references
+
+
+def default_kv_checkpoints(entries: Sequence[MatrixEntry], bits: Callable[[str], int | None]) -> list[str]:
+    """What `--kv-checkpoints` defaults to: the base and the run's first 4-bit checkpoint (in the
+    matrix's order: the most Korean-calibrated AWQ of the default run). Which 4-bit checkpoint scores
+    best is known only after scoring; name it with `--kv-checkpoints` in a second run."""
+    four_bit = next((e.name for e in entries if e.name != BASE_SCHEME and bits(e.scheme) == 4), None)
+    return [BASE_SCHEME, *([four_bit] if four_bit else [])]
+
+
+def kv_variants(
+    entries: Sequence[MatrixEntry], kv_dtypes: Sequence[str], chosen: Sequence[str]
+) -> list[MatrixEntry]:
+    """One entry per chosen checkpoint and non-auto KV dtype, each serving that checkpoint's weights
+    (`bf16+kv-fp8`); a chosen name the run does not build is an error naming the ones it does."""
+    by_name = {entry.name: entry for entry in entries}
+    unknown = [name for name in chosen if name not in by_name]
+    if unknown:
+        raise UserError(
+            f"--kv-checkpoints {','.join(chosen)!r}: {unknown[0]!r} is not a checkpoint of this run: use "
+            f"some of {', '.join(by_name)}"
+        )
+    return [
+        replace(by_name[name], name=kv_row_name(name, kv), kv_cache_dtype=kv, weights=name)
+        for name in chosen
+        for kv in kv_dtypes
+        if kv != AUTO
+    ]
+
+
+def kv_references(entries: Sequence[MatrixEntry]) -> dict[str, str]:
+    """KV variant → the same weights served at `auto`: the pairing that is the KV cache's cost alone."""
+    return {entry.name: entry.weights for entry in entries if entry.weights is not None}

@@ -229,8 +229,10 @@ def _entry_plan(
         building = (
             "the base weights" if recipe.scheme == BASE_SCHEME else "reuse the build" if found else "build"
         )
+    if entry.weights is not None:  # a KV row: its weights' entry builds them
+        building = f"{entry.weights}'s weights, KV cache {entry.kv_cache_dtype}"
     cost: dict[str, float] = {}
-    if not (found or recipe is None or recipe.scheme == BASE_SCHEME):  # the base is served as it is
+    if not (found or recipe is None or recipe.scheme == BASE_SCHEME or entry.weights):  # the base as it is
         cost["build"] = rates.build_s.get(recipe.scheme, 0.0)
     left = dict(items)
     if found is not None:

@@ -46,6 +46,7 @@ from kqe.core.schemes import BASE_SCHEME
 from kqe.core.workspace import Workspace
 from kqe.pipeline.config import Progress, RunMatrix, prepare_matrix
 from kqe.pipeline.executors import Executor, LocalExecutor
+from kqe.pipeline.matrix import kv_references
 from kqe.pipeline.preview import SLOW_ITEMS_PER_S, preview, recorded_rates
 from kqe.pipeline.stage_files import servability, stage_files
 
@@ -91,10 +92,9 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress, executor: Execu
     }
     vs_base = stats.adjust_run(matched, cfg.multiplicity)
     for name, outcome in outcomes.items():
-        control = outcomes.get(matrix.references.get(name, ""))
-        result = _findings(matrix, outcome, base, vs_base.get(name, {}), control)
+        result = _findings(matrix, outcome, outcomes, vs_base.get(name, {}))
         rows.append(leaderboard.build_row(result))  # a checkpoint never built: why, and its plan
-        comparisons += [*result.tasks.vs_base.values(), *result.tasks.vs_control.values()]
+        comparisons += result.tasks.paired()
         choices += result.tasks.choices.values()
         if result.perplexity is not None:
             perplexity += result.perplexity.comparisons
@@ -132,10 +132,9 @@ def run_eval(cfg: EvalConfig, ws: Workspace, progress: Progress, executor: Execu
     return board
 
 
-def _calibration_effect(
-    control: CheckpointOutcome | None, outcome: CheckpointOutcome
-) -> dict[str, Comparison]:
-    """Per task: this checkpoint against the same scheme calibrated with less Korean, same items."""
+def _paired_effect(control: CheckpointOutcome | None, outcome: CheckpointOutcome) -> dict[str, Comparison]:
+    """Per task: this checkpoint against `control` on the same items (the same scheme calibrated with
+    less Korean; the same weights at auto KV)."""
     if control is None or control.checkpoint is None:
         return {}
     shared = [task for task in outcome.items if task in control.items]
@@ -148,12 +147,15 @@ def _calibration_effect(
 def _findings(
     matrix: RunMatrix,
     outcome: CheckpointOutcome,
-    base: CheckpointOutcome,
+    outcomes: dict[str, CheckpointOutcome],
     vs_base: dict[str, Comparison],
-    control: CheckpointOutcome | None,
 ) -> CheckpointResult:
-    """What the run found about one checkpoint beyond its own stages; only placement and planned
-    memory for a checkpoint that was never built."""
+    """What the run found about one checkpoint beyond its own stages, against the base, its calibration
+    control and (a KV row) its weights at auto KV; only placement and planned memory for a checkpoint
+    that was never built."""
+    base = outcomes[BASE_SCHEME]
+    control = outcomes.get(matrix.references.get(outcome.name, ""))
+    kv_control = outcomes.get(kv_references(matrix.plan.entries).get(outcome.name, ""))
     profile, command = matrix.score_profile(outcome.name), matrix.cfg.command()
     placement = matrix.plan.placement.of(outcome.name)
     ckpt = outcome.checkpoint
@@ -164,7 +166,9 @@ def _findings(
     tasks = TaskFindings(
         vs_base=vs_base,
         calibration_control=matrix.references.get(outcome.name),
-        vs_control=_calibration_effect(control, outcome),
+        vs_control=_paired_effect(control, outcome),
+        kv_control=kv_control.name if kv_control else None,
+        vs_kv_control=_paired_effect(kv_control, outcome),
         averages=averages.checkpoint_averages(outcome.items, base_items, matrix.sources),
         choices=choice_bias.checkpoint_choices(outcome.name, outcome.items),
         circular=circular.checkpoint_circular(outcome.items, outcome.circular, base_items, base.circular),

@@ -73,9 +73,12 @@ class StageFiles:
 
 
 def servability(matrix: RunMatrix, ckpt: Checkpoint) -> hardware.Verdict:
-    """Whether the engine and device of this machine serve `ckpt` under its scoring profile, and how."""
-    device = hardware.local_device(matrix.ws.serve_venv)
-    return hardware.check_checkpoint(Path(ckpt.path), device, matrix.score_profile(ckpt.name).dtype)
+    """Whether the engine and device of this machine serve `ckpt` under its scoring profile, and how:
+    its weights' verdict, unless the profile's KV-cache dtype is one the engine cannot store here."""
+    device, profile = hardware.local_device(matrix.ws.serve_venv), matrix.score_profile(ckpt.name)
+    weights = hardware.check_checkpoint(Path(ckpt.path), device, profile.dtype)
+    kv = hardware.kv_servability(profile.kv_cache_dtype, device, matrix.plan.spec.head_dim)
+    return weights if kv.servable or not weights.servable else kv
 
 
 def stage_files(matrix: RunMatrix, ckpt: Checkpoint) -> StageFiles:
