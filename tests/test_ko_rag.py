@@ -18,6 +18,7 @@ from evals.tasks.ko_rag import docs as rag_docs
 from evals.tasks.ko_rag import rows as rag_rows
 from evals.tasks.ko_rag import task as rag_task
 from evals.tasks.ko_rag.choices import mc_choices
+from evals.tasks.ko_rag.help_docs import help_passages
 from evals.tasks.ko_rag.retrieval import Bm25, Retriever, plan_context, recall_at_k
 from evals.tasks.ko_rag.source import RagSource
 from evals.tasks.ko_rag.sweep import CLOSED_BOOK, RETRIEVED
@@ -56,7 +57,7 @@ def test_shipped_question_set_is_valid_and_covers_every_type(builtin: RagSource)
         for q in builtin.questions
         for passage in [next(p for p in builtin.passages if p.id == gold) for gold in q.gold_passages]
     }
-    assert documents == {"constitution", "bill", "debian"}
+    assert documents == {"constitution", "bill", "debian", "lo"}
 
 
 def test_builtin_passage_ids_follow_the_document_structure(builtin: RagSource) -> None:
@@ -73,7 +74,8 @@ def test_builtin_passage_ids_follow_the_document_structure(builtin: RagSource) -
     } <= set(ids)
     assert {"debian-faq/1.2", "debian-faq/8.1.2", "debian-faq/8.1.6.1"} <= set(ids)
     assert all(len(passage.text) <= rag_docs.MAX_CHARS for passage in builtin.passages)
-    again = rag_docs.builtin_passages(Workspace.from_env().sources())
+    sources = Workspace.from_env().sources()
+    again = rag_docs.builtin_passages(sources) + help_passages(sources)
     assert again == builtin.passages  # deterministic: same ids, titles and texts
 
 

@@ -52,6 +52,8 @@ HELP = {  # path under the language folders → (Korean, English) page
 }
 KEPT = ["sdraw.guide.page0", "swriter.01.01020000"]
 """The pages that pair (all but the short one), every PAGE_STRIDE-th of them in path order."""
+RAG_KEPT = ["scalc.guide.short", "shared.optionen.01020000"]
+"""The pages under ko_rag's folders (`help_pages.RAG_FOLDERS`), whole: the short one too."""
 
 
 def _wheel(path: Path, members: dict[str, bytes]) -> Path:
@@ -163,6 +165,7 @@ def test_sources_land_in_the_fixed_layout_as_clean_utf8(workspace: Workspace, tm
             for lang in ("ko", "en")
             for name in KEPT
         },
+        **{f"lo-help/rag-ko/{name}": root / "lo-help" / "rag-ko" / f"{name}.txt" for name in RAG_KEPT},
     }
     assert paths["ko/constitution"].read_bytes() == CONSTITUTION.replace("\r\n", "\n").encode()
     assert paths["en/botchan"].read_bytes() == b"Project Gutenberg's Botchan\nby Natsume Soseki\n"
@@ -276,6 +279,9 @@ def test_help_pages_land_one_file_per_page_and_language_paragraph_for_paragraph(
         assert ko.endswith("\n") and len(ko.split("\n\n")) == len(en.split("\n\n")) > 2
         assert "Choose" not in ko and "Related Topics" not in ko + en and "debug" not in ko + en
     manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+    for name in RAG_KEPT:  # the ko_rag copy: the title, then one paragraph a line
+        title, *rest = paths[f"lo-help/rag-ko/{name}"].read_text(encoding="utf-8").splitlines()
+        assert title.startswith("도움말") and len(rest) > 2 and "Choose" not in rest
     origin = manifest["files"]["lo-help/ko/sdraw.guide.page0"]["origin"]
     assert origin.startswith(HELP_PACKAGES.korean) and "text/sdraw/guide/page0.html" in origin
     assert {HELP_PACKAGES.korean, HELP_PACKAGES.english} <= set(manifest["requirements"])

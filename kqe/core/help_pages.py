@@ -14,6 +14,8 @@ originals, cut to a budget of Korean letters per page, from every fourth page wi
 path order: the same two packages always give the same pairs. `make setup` writes them as the
 held-out perplexity sets lo_ko / lo_en (`kqe.core.sources`); `read_pages` reads a package's pages for
 any other use (`parallel_pages(..., stride=1)`: all 705 that pair, `letters` another budget).
+`rag_pages` keeps whole Korean pages of a few folders (options dialogs, Calc and Writer how-tos, shortcut
+keys) for ko_rag's passage pool.
 """
 
 from __future__ import annotations
@@ -38,6 +40,22 @@ PAGE_STRIDE = 4
 """Every fourth pairing page in path order: 177 of the 705 pages of LibreOffice 7.4's help, spread over
 its modules, about 37.7k Korean and 30.2k English tokens of gemma-3's tokenizer (the cost of scoring
 them: docs/statistics.md)."""
+
+RAG_FOLDERS = (
+    "text/shared/optionen/",
+    "text/scalc/guide/",
+    "text/swriter/guide/",
+    "text/shared/04/",
+    "text/scalc/04/",
+    "text/swriter/04/",
+)
+"""Folders whose whole Korean pages are ko_rag passages: option names, value ranges and defaults, menu
+paths and key combinations that a page states and common knowledge does not (320 pages of 7.4)."""
+RAG_MIN_LETTERS = 100
+"""Hangul letters a page needs to be a ko_rag passage (fewer: an untranslated or empty page)."""
+RAG_MAX_LATIN = 20
+"""A paragraph left in English (this many Latin letters or more, under half of its letters Hangul) is
+dropped from a ko_rag page; a key combination or a short name (`Ctrl+Shift+F5`) stays."""
 
 _BLOCKS = frozenset(
     ("address", "article", "aside", "blockquote", "br", "dd", "div", "dl", "dt", "h1", "h2", "h3", "h4",
@@ -245,6 +263,24 @@ def parallel_pages(
     return pairs[::stride]
 
 
+def rag_pages(ko_html: Mapping[str, str]) -> list[HelpPage]:
+    """Whole Korean pages (path → HTML) under `RAG_FOLDERS` that hold `RAG_MIN_LETTERS` Hangul
+    letters, in path order."""
+    pages = []
+    for path in sorted(ko_html):
+        if path.startswith(RAG_FOLDERS):
+            page = parse_page(path, ko_html[path])
+            kept = tuple(p for p in page.paragraphs if not _left_in_english(p.text))
+            if sum(hangul_letters(p.text)[0] for p in kept) >= RAG_MIN_LETTERS:
+                pages.append(HelpPage(page.path, page.title, kept))
+    return pages
+
+
+def _left_in_english(text: str) -> bool:
+    hangul, letters = hangul_letters(text)
+    return letters - hangul >= RAG_MAX_LATIN and hangul < letters / 2
+
+
 def document_name(path: str) -> str:
     """A page's name as one file stem: `shared.optionen.01020000` for
     `text/shared/optionen/01020000.html` (page names repeat across modules, folders do not)."""
@@ -266,6 +302,9 @@ class HelpPackages:
     """Member folder of the English pages."""
     target: str = "lo-help/{lang}/{name}.txt"
     """Path under the sources folder; `{lang}` is `ko` or `en`, `{name}` the page's document name."""
+    rag_target: str = "lo-help/rag-ko/{name}.txt"
+    """Path of a whole Korean page for ko_rag (`rag_pages`): its title on the first line, then one
+    paragraph a line."""
 
 
 HELP_PACKAGES = HelpPackages(

