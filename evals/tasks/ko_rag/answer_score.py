@@ -13,7 +13,7 @@ matches "5년" exactly and "국민에게" shares "국민" with "국민". Against
 - F1: SQuAD-style overlap of the two bags of tokens; character F1 the same over their characters
   (a secondary score that forgives Kiwi cutting one word two ways);
 - contains: the prediction holds every token and exact span of the reference, does not contradict
-  it, and names no second value of the same kind (`conflicts.conflicting_spans`): "대한민국은
+  it, names no second value of the same kind and is no list of candidates (`conflicts`): "대한민국은
   한반도와 그 부속도서로 한다." contains "한반도와 그 부속도서" (F1 0.8), "5년 또는 4년" does not
   contain "5년". It does not depend on how much else the answer says: the verbosity-robust headline.
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from evals.tasks.ko_rag.abstention import abstains
-from evals.tasks.ko_rag.conflicts import conflicting_spans, contradicts
+from evals.tasks.ko_rag.conflicts import conflicting_spans, contradicts, lists_candidates
 from evals.tasks.ko_rag.korean import hangul_share
 from evals.tasks.ko_rag.normalise import Normalised, normalise
 
@@ -68,7 +68,9 @@ def _against(predicted: Normalised, reference: Normalised) -> tuple[bool, float,
     exact = bool(predicted.items) and sorted(predicted.items) == sorted(reference.items)
     chars = token_f1(list("".join(predicted.tokens)), list("".join(reference.tokens)))
     holds = bool(reference.tokens) and set(reference.tokens) <= set(predicted.tokens)
-    contains = holds and not conflicting_spans(predicted, reference)
+    contains = (
+        holds and not conflicting_spans(predicted, reference) and not lists_candidates(predicted, reference)
+    )
     return exact, token_f1(predicted.tokens, reference.tokens), chars, contains
 
 

@@ -15,7 +15,8 @@ score 0 the same way a wrong number does.
 
 `conflicting_spans` is what `contains` adds: a prediction that also names a second value of the
 kind the answer's span is (another number with the same unit, another date, another option) has not
-committed to the answer ("5년 또는 4년").
+committed to the answer ("5년 또는 4년"); nor has one that gives a one-item answer as one item of a
+list of candidates (`lists_candidates`: "국민의 권리, 법률, 또는 법률적 의무" for "법률").
 """
 
 from __future__ import annotations
@@ -76,3 +77,11 @@ def conflicting_spans(predicted: Normalised, reference: Normalised) -> bool:
     aside) that the reference does not hold: a second candidate answer."""
     kinds = {span_kind(span) for span in reference.exact} - {"name"}
     return any(span_kind(span) in kinds and span not in reference.exact for span in predicted.exact)
+
+
+def lists_candidates(predicted: Normalised, reference: Normalised) -> bool:
+    """Whether a one-item reference stands as a list item of its own among other items of the
+    prediction (a list of candidates, not an answer)."""
+    if len(reference.items) != 1 or len(predicted.items) < 2:
+        return False
+    return any(set(item) == set(reference.items[0]) for item in predicted.items)

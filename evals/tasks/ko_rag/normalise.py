@@ -55,19 +55,23 @@ _SHORT_DATE = re.compile(_SHORT_YEAR + r"\s*[.]\s*(\d{1,2})(?:\s*[.]\s*(\d{1,2})
 _SHORT_YEAR_WORD = re.compile(_SHORT_YEAR + r"(?=\s*년)")
 """A year written with two digits after an apostrophe ("'24. 3. 1.", "’09. 12", "'11년도")."""
 _MONTH_DOTS = re.compile(r"(?<![\d.])(\d{4})\s*\.\s*(\d{1,2})\s*\.(?!\s*\d)")
+_MIDDLE_DOTS = str.maketrans(dict.fromkeys("\u2027\u30fb\u2219\u22c5\u318d", "\u00b7"))
+"""The middle dots Korean documents join words with ("포괄적‧전략적", U+2027 in the bills), as one."""
 _PERCENT_WORD = re.compile(r"(?<=\d)\s?프로(?![가-힣])")
 """The spoken 프로 after a number ("50프로" = "50%")."""
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 _ESCAPES = re.compile(r"\\[ntr]|\x1b\[[0-9;?]*[a-z]")
 """A literal `\\n`, `\\t`, `\\r` (an answer JSON-escaped twice) or an ANSI colour code (lower-cased): left
 in, its letter would join the next number ("\\n5년" as the Latin-digit word `n5`) and hide the number."""
+NAME = r"[a-z][a-z0-9]*(?:[-._+][a-z0-9]+)+"
+"""Latin words joined by -, ., + or _ (a package, command or file name), one exact span."""
 _UNIT = "|".join(re.escape(unit) for unit in sorted(UNITS, key=len, reverse=True))
 EXACT_SPAN = re.compile(
     r"\d{4}-\d{1,2}(?:-\d{1,2})?(?![\d])"
     r"|\d+/\d+"
     r"|(?<![\w-])--?[a-z][\w-]*"
     r"|[a-z][a-z0-9._+-]*\d[a-z0-9._+-]*"
-    r"|[a-z][a-z0-9]*(?:[-._+][a-z0-9]+)+"
+    rf"|{NAME}"
     rf"|(?:제\s?)?\d+(?:\.\d+)*(?:\s?(?:{_UNIT}))?"
 )
 """What an exact span looks like in a rewritten answer (see the module docstring), first match wins."""
@@ -94,7 +98,7 @@ def _short_date(match: re.Match[str]) -> str:
 def rewrite(text: str) -> str:
     """`text` in the one spelling the scorer compares: NFKC, lower case, escape sequences as spaces,
     dates as `Y-M-D`, fractions as `M/N`, numerals as their values in digits, 퍼센트 and 프로 as %."""
-    text = unicodedata.normalize("NFKC", text).lower()
+    text = unicodedata.normalize("NFKC", text).lower().translate(_MIDDLE_DOTS)
     text = _ESCAPES.sub(" ", text)
     text = _THOUSANDS.sub("", text)
     text = _SINO_FRACTION.sub(lambda m: f"{SINO_DIGITS[m[1]]}분의 {SINO_DIGITS[m[2]]}", text)
