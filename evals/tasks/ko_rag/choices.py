@@ -42,7 +42,8 @@ _ASKS = (("누구", "who"), ("누가", "who"), ("어디", "where"), ("어느 곳
 def answer_kind(answer: str, question: str = "") -> str:
     """What kind of thing an answer is (see the module docstring); `question` tells a text answer's
     `who` from its `where` and `what`."""
-    spans = [span for span in normalise(answer).exact if not re.fullmatch(NAME, span) or re.search(r"\d", span)]
+    exact = normalise(answer).exact
+    spans = [span for span in exact if not re.fullmatch(NAME, span) or re.search(r"\d", span)]
     if spans:
         first = spans[0]
         if re.fullmatch(r"\d{4}-\d{1,2}(?:-\d{1,2})?", first):
