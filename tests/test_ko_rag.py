@@ -329,7 +329,8 @@ def test_lm_eval_dataset_is_prepared_for_the_model_when_no_data_is_given(
     assert set(rows["condition"]) == set(RAG_DEFAULT_CONDITIONS) == {"retrieved", "closed_book"}
     one = utils.load_ko_rag(**options, ko_rag_max_length=1024, ko_rag_conditions="retrieved")["test"]
     assert len(one) == len(QUESTIONS) and set(one["length"]) == {"1k"}
-    assert utils.process_generation(rows[0], [" " + rows[0]["reference"]]) == {"em": 1.0, "f1": 1.0}
+    expected = {"em": 1.0, "f1": 1.0, "contains": 1.0}
+    assert utils.process_generation(rows[0], [" " + rows[0]["reference"]]) == expected
 
 
 def test_hard_negatives_come_first_and_the_depth_is_recorded() -> None:

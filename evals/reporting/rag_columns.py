@@ -64,6 +64,61 @@ def _open_book(label: str) -> dict[str, ColumnDoc]:
             f"{prefix}_f1_ci_low_{length}": ColumnDoc(group, float, _ci_low(delta)),
             f"{prefix}_f1_ci_high_{length}": ColumnDoc(group, float, "Upper end of that CI."),
         }
+        columns |= _contains(group, prefix, length, f"at {length}, {context}")
+    return columns
+
+
+def _contains(group: str, prefix: str, length: str, where: str) -> dict[str, ColumnDoc]:
+    """`<prefix>_contains_<length>` and its Δ against the base with the CI, as F1 has them."""
+    delta = f"{prefix}_contains_delta_{length}"
+    return {
+        f"{prefix}_contains_{length}": ColumnDoc(
+            group,
+            float,
+            f"Share of answerable ko_rag questions whose answer contains an accepted answer and no "
+            f"conflicting one (however long the answer), fraction, {where}; empty for items scored "
+            "before contains existed.",
+        ),
+        delta: ColumnDoc(
+            group,
+            float,
+            f"{prefix}_contains_{length} minus the base's on the same items, fraction; empty on the "
+            "base row.",
+        ),
+        f"{prefix}_contains_ci_low_{length}": ColumnDoc(group, float, _ci_low(delta)),
+        f"{prefix}_contains_ci_high_{length}": ColumnDoc(group, float, "Upper end of that CI."),
+    }
+
+
+READING = "ko_rag_reading"
+"""Prefix of the headline columns: the retrieved condition over the questions the base did not
+answer closed-book."""
+
+
+def _reading() -> dict[str, ColumnDoc]:
+    group = CLOSED_BOOK_GROUP
+    subset = "answerable questions the base did not answer exactly closed-book (memory cannot answer them)"
+    columns: dict[str, ColumnDoc] = {}
+    for length in RAG_LENGTHS:
+        where = f"at {length}, {CONDITION_TEXT[RETRIEVED]}, over the {subset}"
+        delta = f"{READING}_f1_delta_{length}"
+        columns |= {
+            f"{READING}_n_{length}": ColumnDoc(
+                group, int, f"How many items the {READING} columns at {length} cover."
+            ),
+            f"{READING}_f1_{length}": ColumnDoc(group, float, f"ko_rag answer F1, fraction, {where}."),
+            f"{READING}_em_{length}": ColumnDoc(
+                group, float, f"ko_rag exact-match share, fraction, {where}."
+            ),
+            delta: ColumnDoc(
+                group,
+                float,
+                f"{READING}_f1_{length} minus the base's on the same items; empty on the base row.",
+            ),
+            f"{READING}_f1_ci_low_{length}": ColumnDoc(group, float, _ci_low(delta)),
+            f"{READING}_f1_ci_high_{length}": ColumnDoc(group, float, "Upper end of that CI."),
+        }
+        columns |= _contains(group, READING, length, where)
     return columns
 
 
@@ -135,7 +190,7 @@ def _columns() -> dict[str, ColumnDoc]:
     }
     for label in labels[1:]:
         columns |= _open_book(label)
-    return columns | _closed_book()
+    return columns | _closed_book() | _reading()
 
 
 RAG_COLUMNS = _columns()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from evals.reporting.leaderboard_row import LeaderboardRow
-from evals.reporting.rag_columns import CONDITION_TEXT, column_prefix
+from evals.reporting.rag_columns import CONDITION_TEXT, READING, column_prefix
 from evals.reporting.report_text import cell
 from evals.tasks.ko_rag.sweep import open_book_labels
 from kqe.core.defaults import RAG_CONDITIONS, RAG_LENGTHS
@@ -61,6 +61,39 @@ def _condition_table(rows: Sequence[LeaderboardRow], lengths: list[str]) -> list
             cells = [_estimate(row, prefix, length) for length in lengths]
             lines.append(f"| {row.checkpoint} | {CONDITION_TEXT[label]} | {' | '.join(cells)} |")
     return lines
+
+
+def _figure(row: LeaderboardRow, prefix: str, metric: str, length: str) -> str:
+    """`41.2` or `39.8 (Δ -1.4 [-5.0, +2.0])` in points for one metric of one column group."""
+    value = _value(row, f"{prefix}_{metric}_{length}")
+    if value is None:
+        return "—"
+    delta = _with_ci(row, *(f"{prefix}_{metric}_{part}_{length}" for part in ("delta", "ci_low", "ci_high")))
+    return f"{100 * value:.1f}" + (f" (Δ {delta})" if delta else "")
+
+
+def _headline_table(rows: Sequence[LeaderboardRow], lengths: list[str]) -> list[str]:
+    """The reading headline: retrieved-condition F1 and contains over the questions the base did not
+    answer closed-book, beside the same over all answerable questions."""
+    lengths = [n for n in lengths if any(_value(r, f"{READING}_f1_{n}") is not None for r in rows)]
+    if not lengths:
+        return []
+    lines = [
+        "Headline (reading): retrieved-condition F1 and contains over the answerable questions the base "
+        "did not answer exactly closed-book, beside all answerable questions; contains does not depend "
+        "on how long the answer is.",
+        "",
+        "| checkpoint | context | items | F1 | contains | F1, all items | contains, all items |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for length in lengths:
+        for row in rows:
+            n = _value(row, f"{READING}_n_{length}")
+            figures = [_figure(row, READING, "f1", length), _figure(row, READING, "contains", length)]
+            figures += [_figure(row, "ko_rag", "f1", length), _figure(row, "ko_rag", "contains", length)]
+            count = "—" if n is None else f"{int(n)}"
+            lines.append(f"| {row.checkpoint} | {length} | {count} | {' | '.join(figures)} |")
+    return ["", *lines]
 
 
 def _closed_book_table(rows: Sequence[LeaderboardRow], lengths: list[str]) -> list[str]:
@@ -124,6 +157,7 @@ def rag_section(rows: Sequence[LeaderboardRow]) -> list[str]:
         HOW_TO_READ,
         "",
         *_condition_table(rows, lengths),
+        *_headline_table(rows, lengths),
         *_closed_book_table(rows, lengths),
         "",
         f"Retrieval recall (every gold passage in the retrieved prompt, answerable questions): {recall}.",

@@ -5,11 +5,12 @@ rest). The column names live here and in `leaderboard_row.py`, nowhere else."""
 from __future__ import annotations
 
 from evals.planning.placement import Placement
+from evals.reporting.rag_columns import READING
 from evals.reporting.rag_columns import column_prefix as rag_prefix
 from evals.statistics.averages import Estimate, TaskSummary
 from evals.statistics.circular import CircularScores
 from evals.statistics.perplexity_stats import PerplexityFindings
-from evals.statistics.rag_findings import ClosedBookScores, RagFindings
+from evals.statistics.rag_findings import ClosedBookScores, OpenBookScores, RagFindings
 from evals.tasks.registry import column_prefix
 from kqe.core.defaults import PARALLEL_TEXT_SETS, RAG_LENGTHS
 from kqe.core.results import ChoiceProfile, Comparison
@@ -114,12 +115,11 @@ def rag_cells(found: RagFindings) -> Cells:
     """The `ko_rag_*` columns (`rag_columns.py` documents each)."""
     cells: Cells = {}
     for (label, length), scores in found.open_book.items():
-        prefix = rag_prefix(label)
-        cells |= {f"{prefix}_f1_{length}": scores.f1, f"{prefix}_em_{length}": scores.em}
-        if scores.f1_delta is not None:
-            cells |= _length_estimate(f"{prefix}_f1", "_delta", length, scores.f1_delta)
+        cells |= _open_book_cells(rag_prefix(label), length, scores)
     if found.closed_book is not None:
         cells |= _closed_book_cells(found.closed_book)
+    for length, scores in found.reading.items():
+        cells |= _open_book_cells(READING, length, scores) | {f"{READING}_n_{length}": scores.n}
     cells |= {
         "ko_rag_hangul": found.hangul,
         "ko_rag_abstain": found.abstain,
@@ -128,6 +128,20 @@ def rag_cells(found: RagFindings) -> Cells:
     }
     cells |= {f"ko_rag_recall_{length}": found.recall.get(length) for length in RAG_LENGTHS}
     cells["ko_rag_skipped"] = "; ".join(f"{label}: {why}" for label, why in found.skipped.items()) or None
+    return cells
+
+
+def _open_book_cells(prefix: str, length: str, scores: OpenBookScores) -> Cells:
+    """F1, EM and contains at one length, with their Δ and CI where the row has them."""
+    cells: Cells = {
+        f"{prefix}_f1_{length}": scores.f1,
+        f"{prefix}_em_{length}": scores.em,
+        f"{prefix}_contains_{length}": scores.contains,
+    }
+    if scores.f1_delta is not None:
+        cells |= _length_estimate(f"{prefix}_f1", "_delta", length, scores.f1_delta)
+    if scores.contains_delta is not None:
+        cells |= _length_estimate(f"{prefix}_contains", "_delta", length, scores.contains_delta)
     return cells
 
 

@@ -8,8 +8,8 @@ This is what lm-eval's `generate_until` does with `until: ["\\n"]` and `do_sampl
 YAML): the prompt is encoded the way its hf model encodes (BOS added unless present), generation
 stops at the tokenizer's EOS or the first newline, special tokens are dropped when decoding, and the
 text is cut at the stop string. Answers are scored by evals/tasks/ko_rag/answer_score.py; each item's result
-keeps the generated text, F1 and Hangul share, with `correct` = exact match for the paired statistics,
-and (open-book items) whether the checkpoint answered the question closed-book.
+keeps the generated text, F1, contains and Hangul share, with `correct` = exact match for the paired
+statistics, and (open-book items) whether the checkpoint answered the question closed-book.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ def generation_result(item: RagItem, generation: Generation) -> ItemResult:
         generated=text,
         reference=item.answers[0] if item.answerable else ABSTAIN,
         f1=score.f1,
+        contains=score.contains,
         hangul_share=score.hangul_share,
         generated_ids=generation.token_ids,
         finish_reason=generation.finish_reason,

@@ -2,7 +2,8 @@
 (`evals/tasks/ko_rag/metrics.py` groups them): F1 and EM over answerable questions, ΔF1 against the base
 with a paired bootstrap CI clustered by gold passage and its p over the passages, the closed-book scores
 and the open-book gain over them (paired the same way), abstention, Hangul share, multiple-choice
-accuracy, retrieval recall."""
+accuracy, retrieval recall; and the reading headline: the retrieved condition over the questions the
+base did not answer closed-book (what memory cannot answer), beside the all-items figures."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from evals.statistics.paired_means import PairedEstimate, paired_mean
 from evals.tasks.ko_rag.abstention import abstains
 from evals.tasks.ko_rag.context import ABSTAIN
 from evals.tasks.ko_rag.metrics import Grouped, answer_f1, by_coordinates, open_book_gains
-from evals.tasks.ko_rag.sweep import CLOSED_BOOK, MC_TASK, RETRIEVED, TASK, coordinates
+from evals.tasks.ko_rag.sweep import CLOSED_BOOK, MC_TASK, RETRIEVED, TASK, coordinates, question_of
 from kqe.core.defaults import RAG_LENGTHS
 from kqe.core.results import ItemResult
 
@@ -31,6 +32,13 @@ class OpenBookScores:
     f1_delta: PairedEstimate | None
     """F1 minus the base's on the same items, with its CI clustered by gold passage and its p over the
     passages; None on the base row or when the items differ."""
+    contains: float | None = None
+    """Share of answers that contain an accepted answer (`ItemResult.contains`); None when nothing was
+    scored or an item was scored before `contains` existed."""
+    contains_delta: PairedEstimate | None = None
+    """`contains` minus the base's on the same items, paired like `f1_delta`."""
+    n: int = 0
+    """Items scored."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,9 @@ class RagFindings:
     """Multiple-choice accuracy over every scored length, retrieved condition."""
     recall: dict[str, float]
     """Length label → retrieval recall (the same for every checkpoint), where measured."""
+    reading: dict[str, OpenBookScores]
+    """Length label → the retrieved condition over the answerable questions the base did not answer
+    exactly closed-book; empty when closed-book was not scored."""
     skipped: dict[str, str]
     """Length label → why it was not scored."""
 
@@ -89,20 +100,65 @@ def _paired(
     return paired_mean(differences, [clusters[k] for k in keys])
 
 
-def _open_book(label: str, length: str, ours: Grouped, theirs: Grouped | None) -> OpenBookScores:
-    """F1, EM and (against the base, on the same items) ΔF1 with its CI of one open-book condition at
-    one length, answerable questions only."""
-    scored = ours.get((label, length), {})
+def _contains(items: dict[str, ItemResult]) -> dict[str, float] | None:
+    """Item key → contains as 0/1; None when some item has no `contains` (scored before it existed)."""
+    if any(item.contains is None for item in items.values()):
+        return None
+    return {key: float(bool(item.contains)) for key, item in items.items()}
+
+
+def _scores(scored: dict[str, ItemResult], base: dict[str, ItemResult] | None) -> OpenBookScores:
+    """F1, EM, contains and (against the base's items, on the same keys) ΔF1 and Δcontains with CIs."""
     f1 = {key: answer_f1(item) for key, item in scored.items()}
-    delta = None
-    if theirs is not None:
-        base = {key: answer_f1(item) for key, item in theirs.get((label, length), {}).items()}
-        delta = _paired(f1, base, {key: item.subject for key, item in scored.items()})
+    contains = _contains(scored)
+    clusters = {key: item.subject for key, item in scored.items()}
+    f1_delta = contains_delta = None
+    if base is not None:
+        f1_delta = _paired(f1, {key: answer_f1(item) for key, item in base.items()}, clusters)
+        base_contains = _contains(base)
+        if contains is not None and base_contains is not None:
+            contains_delta = _paired(contains, base_contains, clusters)
     return OpenBookScores(
         f1=float(np.mean(list(f1.values()))) if f1 else None,
         em=float(np.mean([i.correct for i in scored.values()])) if scored else None,
-        f1_delta=delta,
+        f1_delta=f1_delta,
+        contains=float(np.mean(list(contains.values()))) if contains else None,
+        contains_delta=contains_delta,
+        n=len(scored),
     )
+
+
+def _open_book(label: str, length: str, ours: Grouped, theirs: Grouped | None) -> OpenBookScores:
+    """F1, EM, contains and (against the base, on the same items) their Δ with CIs of one open-book
+    condition at one length, answerable questions only."""
+    base = None if theirs is None else theirs.get((label, length), {})
+    return _scores(ours.get((label, length), {}), base)
+
+
+def memorised(grouped: Grouped) -> set[str] | None:
+    """Questions answered exactly closed-book in `grouped` (None when closed-book was not scored)."""
+    closed = grouped.get((CLOSED_BOOK, None))
+    if not closed:
+        return None
+    return {question_of(key) for key, item in closed.items() if item.correct}
+
+
+def _reading(ours: Grouped, theirs: Grouped | None) -> dict[str, OpenBookScores]:
+    """Per length, the retrieved condition over the questions the base (this checkpoint on the base
+    row) did not answer closed-book."""
+    known = memorised(theirs if theirs is not None else ours)
+    if known is None:
+        return {}
+    reading = {}
+    for length in RAG_LENGTHS:
+        scored = ours.get((RETRIEVED, length), {})
+        if not scored:
+            continue
+        keep = {key: item for key, item in scored.items() if question_of(key) not in known}
+        base = None if theirs is None else theirs.get((RETRIEVED, length), {})
+        base_kept = None if base is None else {key: base[key] for key in keep if key in base}
+        reading[length] = _scores(keep, base_kept)
+    return reading
 
 
 def _closed_book(ours: Grouped, theirs: Grouped | None) -> ClosedBookScores:
@@ -160,6 +216,7 @@ def rag_findings(
         ),
         mc_acc=_mean([i.correct for i in choices]),
         recall=dict(recall or {}),
+        reading=_reading(ours, theirs),
         skipped=skipped,
     )
 

@@ -16,17 +16,17 @@ def _share(value: float | None) -> str:
 
 
 def render(result: ScoredAnswers) -> str:
-    lines = [f"{'id':14} {'type':13} {'EM':>3} {'F1':>5} {'charF1':>6} abstained"]
+    lines = [f"{'id':14} {'type':13} {'EM':>3} {'F1':>5} {'charF1':>6} {'contains':>8} abstained"]
     for item in result.items:
         score = item.score
         lines.append(
             f"{item.id:14} {item.type:13} {int(score.exact):>3} {score.f1:5.2f} {score.char_f1:6.2f} "
-            f"{'yes' if score.abstained else 'no'}"
+            f"{int(score.contains):>8} {'yes' if score.abstained else 'no'}"
         )
     t = result.totals
     lines += [
         f"answerable ({t.answerable}): EM {_share(t.em)}, F1 {_share(t.f1)}, "
-        f"character F1 {_share(t.char_f1)}",
+        f"character F1 {_share(t.char_f1)}, contains {_share(t.contains)}",
         f"abstention: {t.abstained} answers abstained; precision {_share(t.abstain_precision)}, "
         f"recall {_share(t.abstain_recall)} over {t.unanswerable} unanswerable",
         f"scored against {result.label}; {len(result.unanswered)} of its questions have no answer line",
@@ -50,7 +50,8 @@ def rag_command() -> None:
 )
 def score_command(answers: Path, as_json: bool, rag_data: Path | None) -> None:
     """Score ANSWERS.jsonl (lines `{"id": ..., "answer": ...}`) with ko_rag's metrics: per question EM,
-    F1, character F1 and whether it abstained, then answerable totals and abstention precision/recall."""
+    F1, character F1, contains and whether it abstained, then answerable totals and abstention
+    precision/recall."""
     from evals.tasks.ko_rag.answers_file import score_answers
     from evals.tasks.ko_rag.task import load_source
     from kqe.core.workspace import Workspace

@@ -41,6 +41,9 @@ class ItemResult(Record):
     """Generative items: the reference answer (the abstention phrase for unanswerable questions)."""
     f1: float | None = None
     """Generative items: morpheme-overlap F1 of the answer against the best accepted answer, in [0, 1]."""
+    contains: bool | None = None
+    """ko_rag items: whether the answer holds an accepted answer and no conflicting candidate
+    (`answer_score.AnswerScore.contains`); None in results scored before it existed."""
     hangul_share: float | None = None
     """Generative items: share of Hangul among the answer's letters, in [0, 1]; None without letters."""
     closed_book: bool | None = None

@@ -8,13 +8,19 @@ sentence abstains when, spaces removed, it is
 
 - lead-ins may only be words about the documents, the question or the answer ("주어진 문서에는",
   "해당 정보는", "죄송하지만"), so a sentence with its own subject ("국회의원은 ...") is a claim;
+  between them and a predicate about information (INFO_PREDICATES: "정보가 없", "나와 있지 않") the
+  sentence may name what is missing, as "X에 대한", "X에 관한", "X와 관련된", "X의" (SUBJECT):
+  "제공된 문서에는 devscripts 메인테이너에 대한 정보가 없습니다";
 - the predicate is one of ABSTAIN_PREDICATES ("답할 수 없", "알 수 없", "확인할 수 없", "나와 있지 않",
   "언급되지 않", "정보가 없", "모르겠", ...; a bare "없" only after a lead-in: "문서에 없습니다");
 - the ending closes the statement (없음, 없습니다, 없다, 않아요, or a connective such as 없어서,
   않으므로; for 어렵-/곤란-/불가능- the 하 that follows); an adnominal or (but for 않았-) past ending
   makes the sentence a claim: "알 수 없는 오류", "답할 수 없었다".
 
-English abstentions ("I cannot answer", "not mentioned in the document") count as well.
+Parenthetical remarks are left out of the sentence that holds them ("답할 수 없습니다 (문서에
+해당 내용 없음)", or one cut off by the length limit: "알 수 없음 (문서에"); an answer in parentheses
+alone is read as it is. English abstentions
+("I cannot answer", "not mentioned in the document") count as well.
 """
 
 from __future__ import annotations
@@ -42,6 +48,16 @@ ABSTAIN_PREDICATES = (
     r"모르겠|모릅",
 )
 """Abstention predicates as regular expressions over the sentence with spaces removed."""
+INFO_PREDICATES = (
+    r"(?:정보|내용|언급|설명|자료|기록|근거)(?:이|가|은|는|도)?(?:없|존재하지않|나와있지않|포함되어있지않)",
+    r"(?:나와|언급되어|언급돼|명시되어|명시돼|기재되어|기재돼|포함되어|포함돼|제시되어|제시돼|적혀)(?:있지|있진)않",
+    r"(?:나오|언급되|명시되|확인되|제시되|포함되|기재되)지(?:는)?않",
+)
+"""Predicates that say information is missing: the ones a named subject may precede."""
+SUBJECT = (
+    r".{1,60}?(?:에대한|에대해|에관한|와관련된|과관련된|와관련한|과관련한|관련|의.{1,12}?(?:이|가|은|는)|의)"
+)
+"""What a sentence names as missing, spaces removed ("devscripts메인테이너에대한", "헌법재판소의위치가")."""
 ENDINGS = (
     "음", "습니다", "다", "어요", "아요", "네요", "어", "아", "어서", "아서", "으므로", "므로",
     "기때문에", "고", "으며", "며", "는데", "는데요", "지만", "습니다만", "으니", "니다", "음을",
@@ -60,12 +76,22 @@ _ENDING = "|".join(sorted(ENDINGS, key=len, reverse=True))
 _SENTENCE = re.compile(
     rf"^{_LEAD}*(?:(?:{'|'.join(ABSTAIN_PREDICATES)})|(?<=[에는은])없)(?:{_ENDING})?(?:(?<=[고며데만서니아어])|$)"
 )
+_NAMED = re.compile(
+    rf"^{_LEAD}*{SUBJECT}{_LEAD}*(?:{'|'.join(INFO_PREDICATES)})(?:{_ENDING})?(?:(?<=[고며데만서니아어])|$)"
+)
+_PARENTHETICAL = re.compile(r"[(\[（][^()\[\]（）]*(?:[)\]）]|$)")
+"""A parenthetical remark, closed or cut off at the end of the answer."""
 _SENTENCE_BREAK = re.compile(r"[.!?。\n]+")
 _NOISE = re.compile(r"[\s\"'“”‘’「」『』()\[\]*:~…-]+")
 
 
 def _sentences(text: str) -> list[str]:
+    """The sentences of `text` with spaces and quotes removed, parenthetical remarks left out (read
+    instead when they are all the text holds)."""
     text = unicodedata.normalize("NFKC", text)
+    outside = [_NOISE.sub("", part) for part in _SENTENCE_BREAK.split(_PARENTHETICAL.sub(" ", text))]
+    if any(outside):
+        return [part for part in outside if part]
     return [_NOISE.sub("", part) for part in _SENTENCE_BREAK.split(text) if _NOISE.sub("", part)]
 
 
@@ -73,4 +99,5 @@ def abstains(text: str) -> bool:
     """Whether an answer declines to answer (see the module docstring)."""
     if ENGLISH.search(text.lower()):
         return True
-    return any(_SENTENCE.match(sentence) for sentence in _sentences(text))
+    sentences = _sentences(text)
+    return any(_SENTENCE.match(sentence) or _NAMED.match(sentence) for sentence in sentences)

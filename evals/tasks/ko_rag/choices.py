@@ -24,7 +24,7 @@ from evals.tasks.ko_rag.abstention import abstains
 from evals.tasks.ko_rag.answer_score import score_answer
 from evals.tasks.ko_rag.context import ABSTAIN
 from evals.tasks.ko_rag.korean import is_hangul
-from evals.tasks.ko_rag.normalise import UNITS, normalise, rewrite
+from evals.tasks.ko_rag.normalise import NAME, UNITS, normalise, rewrite
 from evals.tasks.ko_rag.questions import Question
 from kqe.core.errors import UserError
 
@@ -42,7 +42,8 @@ _ASKS = (("누구", "who"), ("누가", "who"), ("어디", "where"), ("어느 곳
 def answer_kind(answer: str, question: str = "") -> str:
     """What kind of thing an answer is (see the module docstring); `question` tells a text answer's
     `who` from its `where` and `what`."""
-    spans = normalise(answer).exact
+    exact = normalise(answer).exact
+    spans = [span for span in exact if not re.fullmatch(NAME, span) or re.search(r"\d", span)]
     if spans:
         first = spans[0]
         if re.fullmatch(r"\d{4}-\d{1,2}(?:-\d{1,2})?", first):

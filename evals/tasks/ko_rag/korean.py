@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import unicodedata
-from typing import Any
+from typing import Any, NamedTuple
 
 CONTENT_DROP = ("J", "E", "X", "S", "VCP", "VCN", "IC", "MM")
 """Tag prefixes left out of retrieval terms: particles, endings, affixes, symbols, copulas, interjections,
@@ -45,14 +45,31 @@ LIST_SEPARATORS = ("및", "그리고", "또는", "혹은")
 """Words that join the items of a list answer, besides commas and the particles 와/과/하고 (tag JC)."""
 
 
-def answer_tokens(text: str) -> list[tuple[str, bool]]:
-    """(morpheme, separates list items) of an answer, lower-cased, without particles, endings, copula
-    and punctuation; a separator (comma, slash, 와/과, 및 ...) is kept with True so lists can be split."""
+NEGATIONS = {("VCN", "아니"), ("VX", "않"), ("MAG", "안"), ("MAG", "못"), ("VA", "없"), ("VX", "못하")}
+"""(tag, morpheme) pairs that negate what they follow or precede: "국민이 아니다", "쓰지 않는다", "안
+된다", "못 한다", "제한이 없다"."""
+
+
+class AnswerToken(NamedTuple):
+    """One morpheme of an answer as the scorer reads it."""
+
+    form: str
+    """The morpheme, lower-cased."""
+    separator: bool
+    """Whether it separates list items (comma, slash, 와/과, 및 ...)."""
+    negation: bool
+    """Whether it is a negation (NEGATIONS)."""
+
+
+def answer_tokens(text: str) -> list[AnswerToken]:
+    """The morphemes of an answer, without particles, endings, copula and punctuation; a separator is
+    kept (marked) so lists can be split."""
     tokens = []
     for token in kiwi().tokenize(text):
         separator = token.tag in ("JC", "SP") or token.form in LIST_SEPARATORS
         if separator or not token.tag.startswith(ANSWER_DROP):
-            tokens.append((token.form.lower(), separator))
+            negation = (token.tag, token.form) in NEGATIONS
+            tokens.append(AnswerToken(token.form.lower(), separator, negation))
     return tokens
 
 

@@ -93,8 +93,8 @@ def load_ko_rag(**options: Any) -> datasets.DatasetDict:
 
 
 def process_generation(doc: dict[str, Any], results: list[str]) -> dict[str, float]:
-    """Per-item em and f1 of a generated answer, by the scorer the suite uses (metrics.py)."""
+    """Per-item em, f1 and contains of a generated answer, by the scorer the suite uses (metrics.py)."""
     from evals.tasks.ko_rag.answer_score import score_answer
 
     score = score_answer(results[0], doc["answers"], doc["answerable"])
-    return {"em": float(score.exact), "f1": score.f1}
+    return {"em": float(score.exact), "f1": score.f1, "contains": float(score.contains)}
