@@ -17,7 +17,7 @@ from rich.text import Text
 
 from kqe.core.errors import UserError
 from kqe.core.eval_config import option_help
-from kqe.core.io import write_atomic
+from kqe.core.io import shown, write_atomic
 from kqe.core.text import printable
 from kqe.core.workspace import Workspace
 
@@ -155,9 +155,7 @@ path is the user's input."""
 
 def path_error(err: OSError) -> str:
     """The one line for an OS error of `PATH_ERRORS`, naming the path (its end, when it is long)."""
-    name = str(err.filename or "a path given")
-    shown = name if len(name) <= 80 else f"{name[:40]}…{name[-30:]} ({len(name):,} characters)"
-    return f"{shown}: {err.strerror}: {PATH_ERRORS[err.errno]}"
+    return f"{shown(err.filename or 'a path given')}: {err.strerror}: {PATH_ERRORS[err.errno]}"
 
 
 def _internal_error(exc: BaseException) -> NoReturn:

@@ -39,6 +39,13 @@ MAX_READ_BYTES = 64 * 2**20
 recipe table): far above any it writes, and a bound on what a mistaken `/dev/zero` can cost."""
 
 
+def shown(path: Path | str) -> str:
+    """`path` as an error line names it: whole up to 80 characters, else its start and end and its
+    length (a 5,000-character name would make the one line 5,000 characters)."""
+    name = str(path)
+    return name if len(name) <= 80 else f"{name[:40]}…{name[-30:]} ({len(name):,} characters)"
+
+
 def _mode_problem(mode: int) -> str | None:
     """What a file of this `st_mode` is when it is not a regular file, in words; None when it is one."""
     if stat.S_ISDIR(mode):
@@ -65,7 +72,7 @@ def require_file(path: Path, what: str, fix: str) -> Path:
     """`path` when it is a regular file; else a UserError `<what> <path> <file_problem>: <fix>`."""
     problem = file_problem(path)
     if problem is not None:
-        raise UserError(f"{what} {path} {problem}: {fix}")
+        raise UserError(f"{what} {shown(path)} {problem}: {fix}")
     return path
 
 
@@ -76,7 +83,7 @@ def read_bytes(path: Path, what: str) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as err:
         require_file(path, what, "pass an existing file")  # says what the path is, when that is why
-        raise UserError(f"{what} {path} cannot be read: {err.strerror}") from None
+        raise UserError(f"{what} {shown(path)} cannot be read: {err.strerror}") from None
     problem = _mode_problem(os.fstat(fd).st_mode)
     if problem is not None:
         os.close(fd)
