@@ -155,7 +155,8 @@ path is the user's input."""
 
 def path_error(err: OSError) -> str:
     """The one line for an OS error of `PATH_ERRORS`, naming the path (its end, when it is long)."""
-    return f"{shown(err.filename or 'a path given')}: {err.strerror}: {PATH_ERRORS[err.errno]}"
+    fix = PATH_ERRORS.get(err.errno or 0, "check the path")
+    return f"{shown(err.filename or 'a path given')}: {err.strerror}: {fix}"
 
 
 def _internal_error(exc: BaseException) -> NoReturn:
