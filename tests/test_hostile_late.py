@@ -257,3 +257,12 @@ def test_compare_refuses_per_item_files_it_would_misread(
     )
     fine = invoke_kqe(monkeypatch, tmp_path, tmp_path, ["compare", str(base), str(base)])
     assert fine.exit_code == 0, fine.output
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://127.0.0.1:1:1", "http://127.0.0.1:port"])
+def test_a_malformed_metrics_url_is_one_line(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert_one_line_error(
+        invoke_kqe(monkeypatch, tmp_path, tmp_path, ["doctor", "--metrics", url]), "--metrics"
+    )
