@@ -40,10 +40,10 @@ recipe table): far above any it writes, and a bound on what a mistaken `/dev/zer
 
 
 def shown(path: Path | str) -> str:
-    """`path` as an error line names it: whole up to 80 characters, else its start and end and its
-    length (a 5,000-character name would make the one line 5,000 characters)."""
+    """`path` as an error line names it: whole up to 300 characters (any path a user types), else its
+    start and end and its length (a 5,000-character name would make the one line 5,000 characters)."""
     name = str(path)
-    return name if len(name) <= 80 else f"{name[:40]}…{name[-30:]} ({len(name):,} characters)"
+    return name if len(name) <= 300 else f"{name[:120]}…{name[-60:]} ({len(name):,} characters)"
 
 
 def _mode_problem(mode: int) -> str | None:
