@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kqe.core.errors import UserError
-from kqe.core.io import read_record, refuse_link, sha256_file, write_atomic, write_record
+from kqe.core.io import loads_json, read_record, refuse_link, sha256_file, write_atomic, write_record
 from kqe.core.modelstore import LocalModel
 from kqe.core.records import SCHEMA_VERSION, CalibrationSet, Checkpoint, content_hash, package_versions
 from kqe.core.schemes import BASE_SCHEME, SchemeInfo, scheme_info
@@ -135,7 +135,7 @@ def check_recipe(base_dir: Path, recipe: Recipe, what: str) -> None:
     if scheme_info(recipe.scheme).builder == "autoawq":
         if importlib.util.find_spec("awq") is None:
             raise UserError(f"{what}: needs the optional autoawq package: {AUTOAWQ_INSTALL} (into .venv)")
-        model_type = json.loads((base_dir / "config.json").read_text(encoding="utf-8")).get("model_type")
+        model_type = loads_json((base_dir / "config.json").read_text(encoding="utf-8")).get("model_type")
         if model_type in AUTOAWQ_UNSUPPORTED:
             raise UserError(f"{what}: {AUTOAWQ_UNSUPPORTED[model_type]}; use awq-w4a16 (llmcompressor)")
     check_group_size(base_dir, recipe, what)
@@ -161,7 +161,7 @@ def weights_digest(ws: Workspace, model: str, directory: Path) -> str:
         raise UserError(f"{directory} has no config.json: point at a model folder (or run make setup)")
     files = layout.weight_files(directory)
     cache_path = ws.checkpoints(model) / _DIGEST_CACHE
-    cache = json.loads(cache_path.read_text(encoding="utf-8")) if cache_path.exists() else {}
+    cache = loads_json(cache_path.read_text(encoding="utf-8")) if cache_path.exists() else {}
     digest = hashlib.sha256()
     for path in [directory / "config.json", *files]:
         stat = path.stat()
@@ -225,7 +225,7 @@ def verify_output(directory: Path, info: SchemeInfo, base_dir: Path) -> str | No
     config_path = directory / "config.json"
     if not config_path.is_file():
         return "config.json missing"
-    quant = json.loads(config_path.read_text(encoding="utf-8")).get("quantization_config")
+    quant = loads_json(config_path.read_text(encoding="utf-8")).get("quantization_config")
     if info.checkpoint_format == "awq":
         if not isinstance(quant, dict) or quant.get("quant_method") != "awq":
             return "config.json has no awq quantization_config"
@@ -337,7 +337,7 @@ def _quantized_checkpoint(build: _Build, progress: Callable[[int, int], None] | 
             **layout_fields(build.final, build.base.folder),
         )
         write_record(build.final / CHECKPOINT_RECORD, record)
-    timings = json.loads((build.final / REPORT_NAME).read_text(encoding="utf-8"))
+    timings = loads_json((build.final / REPORT_NAME).read_text(encoding="utf-8"))
     log.info("%s built in %.1f s, peak RSS %.2f GiB: %s", build.name, wall, peak_rss / 2**30, timings)
     if progress:
         progress(1, 1)

@@ -27,7 +27,7 @@ from kqe.core import defaults
 from kqe.core.chat import Framing, chat_framing
 from kqe.core.errors import UserError
 from kqe.core.hangul import hangul_letters
-from kqe.core.io import read_record, refuse_link, sha256_of, write_atomic, write_record
+from kqe.core.io import loads_json, read_record, refuse_link, sha256_of, write_atomic, write_record
 from kqe.core.modelstore import LocalModel
 from kqe.core.records import CalibrationSet, SourceFile, content_hash
 from kqe.core.workspace import Workspace, safe_name
@@ -123,7 +123,7 @@ def tokenizer_hash(tokenizer_dir: Path) -> str:
 def model_context(model_dir: Path) -> int | None:
     """The model's context length from its config.json (`max_position_embeddings`), if stated."""
     try:
-        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+        config = loads_json((model_dir / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     for section in (config, config.get("text_config") or {}):

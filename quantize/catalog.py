@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from kqe.core.errors import UserError
-from kqe.core.io import sha256_of
+from kqe.core.io import loads_toml, sha256_of
 from kqe.core.records import SourceFile
 from kqe.core.workspace import Workspace
 
@@ -82,7 +82,7 @@ class SourceSpec(BaseModel):
 def load_catalog(path: Path = SOURCES_TOML) -> list[SourceSpec]:
     """Every source declared in `path`, offline and online, held-out ones included."""
     try:
-        entries = tomllib.loads(path.read_text(encoding="utf-8")).get("source", [])
+        entries = loads_toml(path.read_text(encoding="utf-8")).get("source", [])
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise UserError(f"calibration sources {path}: {str(exc).splitlines()[0]}: fix the file") from None
     specs = []

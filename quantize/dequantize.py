@@ -29,7 +29,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from kqe.core.errors import UserError
-from kqe.core.io import read_record, write_record
+from kqe.core.io import loads_json, read_record, write_record
 from kqe.core.records import Checkpoint, Record, content_hash
 from kqe.core.workspace import Workspace
 from quantize import layout
@@ -93,7 +93,7 @@ def write_dequantized(source: Path, out: Path, dtype: str) -> int:
     store = _DTYPES.get(dtype)
     if store is None:
         raise UserError(f"cannot store dequantized weights as {dtype!r}: use one of {', '.join(_DTYPES)}")
-    config = json.loads((source / "config.json").read_text(encoding="utf-8"))
+    config = loads_json((source / "config.json").read_text(encoding="utf-8"))
     quant = config.pop("quantization_config", None) or {}
     rebuild = _rebuilder(quant, source)
     files = layout.weight_files(source)

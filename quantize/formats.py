@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from kqe.core.errors import UserError
+from kqe.core.io import loads_json
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def quant_facts(config: dict[str, Any]) -> QuantFacts:
 def read_quant_facts(checkpoint_dir: Path) -> QuantFacts:
     config_path = checkpoint_dir / "config.json"
     try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
+        config = loads_json(config_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise UserError(f"{config_path} cannot be read ({exc}): not a model checkpoint folder") from None
     return quant_facts(config)

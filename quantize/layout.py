@@ -8,16 +8,15 @@ bits per parameter that follow.
 
 from __future__ import annotations
 
-import json
 import math
 import re
-import struct
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from kqe.core.errors import UserError
+from kqe.core.io import loads_json, read_safetensors_header
 
 INDEX_NAME = "model.safetensors.index.json"
 _DTYPE_BYTES = {
@@ -66,11 +65,7 @@ def read_header(path: Path) -> dict[str, Tensor]:
     """The tensors of one safetensors file; UserError when the file is truncated or not safetensors."""
     try:
         size = path.stat().st_size
-        with path.open("rb") as handle:
-            (length,) = struct.unpack("<Q", handle.read(8))
-            if length > size - 8:
-                raise ValueError("header longer than the file")
-            header = json.loads(handle.read(length))
+        length, header = read_safetensors_header(path)
         tensors: dict[str, Tensor] = {}
         end = 0
         for name, entry in header.items():
@@ -86,7 +81,11 @@ def read_header(path: Path) -> dict[str, Tensor]:
             raise ValueError(f"{size:,} bytes on disk, the header describes {8 + length + end:,}")
     except FileNotFoundError:
         raise UserError(f"weights file {path} is missing: re-download or rebuild the checkpoint") from None
-    except (struct.error, ValueError, KeyError, TypeError) as exc:
+    except OSError as exc:
+        raise UserError(
+            f"weights file {path} cannot be read ({exc.strerror}): check the checkpoint"
+        ) from None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise UserError(
             f"weights file {path} is corrupt ({exc}): re-download or rebuild the checkpoint"
         ) from None
@@ -98,8 +97,8 @@ def weight_files(directory: Path) -> list[Path]:
     index = directory / INDEX_NAME
     if index.is_file():
         try:
-            names = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-        except (ValueError, KeyError, AttributeError):
+            names = sorted(set(loads_json(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        except (ValueError, KeyError, AttributeError, TypeError):
             raise UserError(f"{index} is not a safetensors index: re-download the checkpoint") from None
         missing = [name for name in names if not (directory / name).is_file()]
         if missing:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kqe.core.errors import UserError
-from kqe.core.io import read_text
+from kqe.core.io import NestingError, loads_toml, read_text
 from kqe.core.schemes import SCHEMES
 from quantize.schemes import Recipe, recipe_for
 
@@ -36,9 +36,11 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 def load_recipe_file(path: Path) -> dict[str, Recipe]:
     """Every table of the recipe file at `path`, validated."""
     try:
-        tables = tomllib.loads(read_text(path, "recipe file (--recipes)"))
+        tables = loads_toml(read_text(path, "recipe file (--recipes)"))
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"recipe file {path} is not valid TOML: {exc}") from None
+    except NestingError as exc:
+        raise UserError(f"recipe file {path} is not TOML kqe reads ({exc}): fix or replace it") from None
     recipes: dict[str, Recipe] = {}
     for name, table in tables.items():
         where = f"{path} [{name}]"
@@ -82,8 +84,10 @@ def parse_options(pairs: Sequence[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise UserError(f"recipe option {pair!r}: write key=value, e.g. group_size=64")
         try:
-            value = tomllib.loads(f"v = {text.strip()}")["v"]
+            value = loads_toml(f"v = {text.strip()}")["v"]
         except tomllib.TOMLDecodeError:
             value = text.strip()
+        except NestingError as exc:
+            raise UserError(f"recipe option {key.strip()!r} in --set is {exc}: give a flat value") from None
         options[key.strip()] = value
     return options

@@ -122,7 +122,7 @@ def test_kqe_compare_names_a_collapse_and_prints_the_debiased_delta(tmp_path: Pa
     rng = np.random.default_rng(7)
     rows: dict[str, list[dict]] = {"base": [], "cand": []}
     for i in range(200):
-        gold, lp = i % 4, rng.normal(-5.0, 1.0, 4)
+        gold, lp = i % 4, rng.normal(-40.0, 1.0, 4)  # log-probs: at most 0 after the +30 on A
         lp[gold] += 1.0
         for side, shift in (("base", 0.0), ("cand", 30.0)):
             logprobs = [float(lp[0] + shift), *map(float, lp[1:])]

@@ -120,13 +120,19 @@ def _assert_round_trip(cfg: EvalConfig) -> None:
     assert back.model_copy(update={"items": cfg.items}) == cfg
 
 
+NEEDS: dict[str, dict[str, Any]] = {"score_profile": {"target_gpu": "rtx4090"}}
+"""Fields `kqe eval` takes only beside another (a scoring profile is for a target's checkpoints)."""
+
+
 @pytest.mark.parametrize("field", sorted(CHANGED))
 def test_the_reproduce_command_parses_back_to_the_config_for_every_field(field: str) -> None:
-    _assert_round_trip(EvalConfig(**{field: CHANGED[field]}))
+    _assert_round_trip(EvalConfig(**{field: CHANGED[field], **NEEDS.get(field, {})}))
 
 
 def test_the_reproduce_command_parses_back_with_every_field_changed_and_with_none() -> None:
-    _assert_round_trip(EvalConfig(**CHANGED))
+    # --target-gpu and --gpu-gib both say the target's memory: the CLI takes one of them
+    _assert_round_trip(EvalConfig(**(CHANGED | {"gpu_gib": None})))
+    _assert_round_trip(EvalConfig(**(CHANGED | {"target_gpu": None})))
     _assert_round_trip(EvalConfig())
     _assert_round_trip(EvalConfig(load=True))  # said at its default too: the CLI's depends on the machine
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from kqe.core.capacity import BenchLevel
 from kqe.core.errors import UserError
+from kqe.core.io import loads_json
 
 PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")
 """Metrics whose percentiles a level records (`--percentile-metrics`)."""
@@ -25,7 +26,7 @@ PERCENTILES = (50, 99)
 def read_bench_json(path: Path) -> dict[str, Any]:
     """The saved result as a dict; UserError naming the file when it is missing or not JSON."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = loads_json(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UserError(f"{path}: vllm bench serve saved no result: see its output above") from None
     except json.JSONDecodeError as error:

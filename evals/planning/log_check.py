@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 import statistics
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,6 +30,7 @@ from evals.planning.vllm_memory import (
 )
 from evals.serving.memory import parse_memory
 from kqe.core.errors import UserError
+from kqe.core.io import loads_toml
 from kqe.core.records import EngineSettings, ModelSpec, Record
 from kqe.core.registry import dense_param_count, load_registry
 from kqe.core.schemes import SCHEMES
@@ -140,8 +140,8 @@ def load_corpus(folder: Path = CORPUS_DIR) -> list[tuple[LogEntry, ModelSpec]]:
     entries: list[tuple[LogEntry, ModelSpec]] = []
     for file in files:
         try:
-            table = tomllib.loads(file.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+            table = loads_toml(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:  # not UTF-8, not TOML, nested too deep
             raise UserError(f"log corpus {file}: not readable TOML ({err})") from None
         models = _corpus_models(file, table.get("models", {}), registry)
         logs = table.get("log", [])

@@ -17,13 +17,13 @@ activation peak (the larger of one batch through the MLP and the sampler's warm-
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from kqe.core.errors import UserError
 from kqe.core.kv_cache import kv_bytes_per_element
+from kqe.core.io import loads_toml
 from kqe.core.records import Engine, EngineSettings, ModelSpec, ServeProfile
 from kqe.core.schemes import BASE_SCHEME, scheme_info
 
@@ -90,7 +90,7 @@ class Gpu:
 
 def load_gpus(path: Path = GPUS_PATH) -> dict[str, Gpu]:
     """Every named GPU, in file order."""
-    table = tomllib.loads(path.read_text(encoding="utf-8"))
+    table = loads_toml(path.read_text(encoding="utf-8"))
     return {
         name: Gpu(name=name, **(fields | {"aliases": tuple(fields.get("aliases", ()))}))
         for name, fields in table.items()

@@ -26,7 +26,6 @@ import subprocess
 import sys
 import threading
 import time
-import tomllib
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -42,7 +41,7 @@ from evals.serving.serve_command import server_environment, vllm_command
 from evals.serving.stale_server import kill_stale_server
 from evals.serving.vllm_log import telling_line
 from kqe.core.errors import UserError
-from kqe.core.io import open_writable, owned_folder, refuse_link, write_atomic
+from kqe.core.io import loads_toml, open_writable, owned_folder, refuse_link, write_atomic
 from kqe.core.processes import start_in_group, stop_group, with_parent_death_signal
 from kqe.core.records import Engine, MemoryReport, ServeProfile
 from kqe.core.workspace import Workspace
@@ -67,7 +66,7 @@ class ServeError(UserError):
 
 
 def _read_profiles(path: Path) -> dict[str, ServeProfile]:
-    tables = tomllib.loads(path.read_text(encoding="utf-8"))
+    tables = loads_toml(path.read_text(encoding="utf-8"))
     profiles = {}
     for name, fields in tables.items():
         try:

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError
+from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError, model_validator
 
 from kqe.core.errors import UserError
-from kqe.core.io import read_text
+from kqe.core.io import NestingError, loads_json, read_text
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,20 @@ class ScoredItem(BaseModel):
     choice_logprobs: list[float] | None = None
     """Log-probability of each choice, in choice order; enables choice KL and top-choice agreement."""
 
+    @model_validator(mode="after")
+    def _consistent(self) -> ScoredItem:
+        """A record the statistics could read but would misread is refused: an empty task, a gold
+        index outside the choices, a log-probability above 0 (a probability above 1)."""
+        if not self.task.strip():
+            raise ValueError("task is empty: name the task the item belongs to")
+        logprobs = self.choice_logprobs
+        if logprobs is not None and any(value > 0 for value in logprobs):
+            raise ValueError("a choice log-probability is positive: log-probabilities are at most 0")
+        if self.gold is not None and (self.gold < 0 or (logprobs is not None and self.gold >= len(logprobs))):
+            choices = "" if logprobs is None else f" of {len(logprobs)} choices"
+            raise ValueError(f"gold {self.gold} is not the index of a choice{choices}")
+        return self
+
 
 @dataclass(frozen=True)
 class PairedItems:
@@ -88,6 +102,12 @@ def read_items(path: Path) -> dict[str, list[ScoredItem]]:
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
+        try:
+            loads_json(line)  # refuses one key twice (which of the two counts would be a guess)
+        except NestingError as exc:
+            raise UserError(f"{path}:{number}: not a per-item record ({exc}): give each key once") from None
+        except ValueError:
+            pass  # not JSON: the record's own parse below says where (or drops a torn last line)
         try:
             item = ScoredItem.model_validate_json(line)
         except ValidationError as exc:
@@ -177,7 +197,13 @@ def pair_items(base: Sequence[Scored], cand: Sequence[Scored]) -> PairedItems:
             f"item {b.ids[first]!r} has gold {b.gold[first]} in base and {cand_gold[first]} in candidate: "
             "the two files were not scored on the same questions"
         )
-    same_choices = b.widths is not None and c.widths is not None and np.array_equal(b.widths, c.widths[order])
+    if b.widths is not None and c.widths is not None and not np.array_equal(b.widths, c.widths[order]):
+        first = int(np.flatnonzero(b.widths != c.widths[order])[0])
+        raise UserError(
+            f"item {b.ids[first]!r} has {b.widths[first]} choice log-probs in base and "
+            f"{c.widths[order][first]} in candidate: the two files were not scored on the same choices"
+        )
+    same_choices = b.widths is not None and c.widths is not None
     return PairedItems(
         base_ok=b.correct,
         cand_ok=c.correct[order],

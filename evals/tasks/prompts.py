@@ -40,7 +40,7 @@ from evals.tasks.registry import (
     is_lm_eval_task,
 )
 from kqe.core.errors import UserError
-from kqe.core.io import write_atomic
+from kqe.core.io import loads_json, write_atomic
 from kqe.core.records import content_hash
 from kqe.core.workspace import Workspace
 
@@ -234,7 +234,7 @@ def source_label(task: str, data_dir: Path) -> str:
     meta = data_dir / f"{task}.source.json"
     if not meta.is_file():
         raise UserError(f"{meta} is missing: run prepare_tasks for {task} first")
-    label: str = json.loads(meta.read_text(encoding="utf-8"))["label"]
+    label: str = loads_json(meta.read_text(encoding="utf-8"))["label"]
     return label
 
 

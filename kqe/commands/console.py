@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import math
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -15,7 +17,7 @@ from rich.text import Text
 
 from kqe.core.errors import UserError
 from kqe.core.eval_config import option_help
-from kqe.core.io import write_atomic
+from kqe.core.io import shown, write_atomic
 from kqe.core.text import printable
 from kqe.core.workspace import Workspace
 
@@ -86,8 +88,25 @@ class ProgressDisplay:
 
 
 def echo(text: str, *, nl: bool = True) -> None:
-    """Print a command's answer on stdout, without the control sequences its inputs may carry."""
-    click.echo(printable(text), nl=nl)
+    """Print a command's answer on stdout, without the control sequences its inputs may carry; a
+    closed or full standard output is a UserError (the answer would be lost with exit 0)."""
+    if sys.stdout is None:  # `kqe … >&-`: Python starts without a stdout, and click would print nowhere
+        raise UserError("standard output is closed, so the answer cannot be printed: run kqe with it open")
+    try:
+        click.echo(printable(text), nl=nl)
+    except BrokenPipeError:
+        raise  # `kqe … | head`: the reader left (run_guarded)
+    except OSError as err:
+        _drop_stdout()
+        raise UserError(f"cannot print the answer to standard output: {err.strerror}") from None
+
+
+def _drop_stdout() -> None:
+    """Point file descriptor 1 at /dev/null, so that what is still buffered for a full or broken
+    standard output goes nowhere at exit instead of raising a second error there."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.close(null)
 
 
 def say(label: str, message: str) -> None:
@@ -115,15 +134,36 @@ def run_guarded(action: Callable[[], None]) -> None:
     except UserError as exc:
         say("kqe: error:", str(exc))
         sys.exit(2)
+    except OSError as exc:
+        if exc.errno not in PATH_ERRORS:
+            _internal_error(exc)
+        say("kqe: error:", path_error(exc))  # a path the user gave that no system call can use
+        sys.exit(2)
     except BrokenPipeError:  # `kqe … | head`: the reader left; nothing to report
         sys.stderr.close()
         sys.exit(0)
     except KeyboardInterrupt:
         interrupted()
     except Exception as exc:  # an internal bug: keep the traceback out of the terminal, in a file
-        where = _save_traceback()
-        say("kqe: internal error:", f"{type(exc).__name__}: {exc} ({where}; please report it)")
-        sys.exit(1)
+        _internal_error(exc)
+
+
+PATH_ERRORS = {errno.ENAMETOOLONG: "shorten it", errno.ELOOP: "remove the loop of symbolic links"}
+"""OS errors about a path's name rather than its file, and the fix: whatever check meets them, the
+path is the user's input."""
+
+
+def path_error(err: OSError) -> str:
+    """The one line for an OS error of `PATH_ERRORS`, naming the path (its end, when it is long)."""
+    fix = PATH_ERRORS.get(err.errno or 0, "check the path")
+    return f"{shown(err.filename or 'a path given')}: {err.strerror}: {fix}"
+
+
+def _internal_error(exc: BaseException) -> NoReturn:
+    """An internal bug: one line, the traceback kept out of the terminal (in a file), exit 1."""
+    where = _save_traceback()
+    say("kqe: internal error:", f"{type(exc).__name__}: {exc} ({where}; please report it)")
+    sys.exit(1)
 
 
 def _save_traceback() -> str:
@@ -132,7 +172,7 @@ def _save_traceback() -> str:
     try:
         trace_file = Workspace.from_env().cache / "last-error.log"
         write_atomic(trace_file, trace)
-    except (OSError, UserError):
+    except Exception:  # the guard of last resort may not fail itself (a KQE_HOME no call can use)
         sys.stderr.write(trace)
         return "traceback above"
     return f"traceback in {trace_file}"

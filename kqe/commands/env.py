@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from kqe.commands.console import echo, run_guarded
+from kqe.core.errors import UserError
 
 
 @click.command("env")
@@ -18,6 +19,8 @@ def env_command(as_json: bool, brief: bool) -> None:
     from kqe.pipeline.env_report import machine_report
 
     def action() -> None:
+        if as_json and brief:
+            raise UserError("--json and --brief are two forms of the report: give one")
         report = machine_report(Workspace.from_env())
         if as_json:
             echo(report.to_json())

@@ -27,7 +27,7 @@ from kqe.commands.console import (
 )
 from kqe.core import defaults
 from kqe.core.errors import UserError
-from kqe.core.eval_config import EvalConfig, option_help
+from kqe.core.eval_config import EvalConfig, option_help, option_name, split_list
 from kqe.core.kv_cache import AUTO
 from kqe.core.text import json_text, printable
 from kqe.core.workspace import Workspace
@@ -286,12 +286,45 @@ def eval_config(options: dict[str, Any]) -> EvalConfig:
     adds the defaults that depend on the model, the target or the machine."""
     from evals.serving import hardware
 
+    _refuse_contradictions(options)
     items = item_choice(options["online"], options["model"])
     given = {name: value for name, value in options.items() if name != "online"}
     if given["load"] is None:  # capacity under load is slow on CPU and means little there
         given["load"] = hardware.gpu_present()
     given.update(items=items, limit=items.limit(given["limit"]), profile=_profile(options))
     return EvalConfig(**given)
+
+
+RAG_OPTIONS = {
+    "rag_data": None,
+    "rag_conditions": ",".join(defaults.RAG_DEFAULT_CONDITIONS),
+    "rag_lengths": ",".join(defaults.RAG_DEFAULT_LENGTHS),
+    "rag_questions": defaults.RAG_DEFAULT_QUESTIONS,
+    "rag_chat_template": False,
+}
+"""The `--rag-*` options by field, at their defaults: any other value says how to run ko_rag."""
+
+
+def _refuse_contradictions(options: dict[str, Any]) -> None:
+    """One line for options that contradict each other, instead of one silently ignored: a named GPU
+    and a GPU size, a scoring profile for no target, `--rag-*` for a run without ko_rag."""
+    if options["target_gpu"] and options["gpu_gib"] is not None:
+        raise UserError(
+            f"--target-gpu {options['target_gpu']} and --gpu-gib {options['gpu_gib']:g} both say the "
+            "target's memory: give one (--gpu-gib for a GPU not in the table)"
+        )
+    if options["score_profile"] and not (options["target_gpu"] or options["gpu_gib"] is not None):
+        raise UserError(
+            f"--score-profile {options['score_profile']} says where a target's checkpoints are scored, and "
+            "no target is given: add --target-gpu NAME, or leave --score-profile out"
+        )
+    tasks = split_list(options["tasks"]) if options["tasks"] else defaults.TASKS
+    given = [name for name, default in RAG_OPTIONS.items() if options[name] != default]
+    if given and "ko_rag" not in tasks:
+        raise UserError(
+            f"{option_name(given[0])} sets up ko_rag, which --tasks {','.join(tasks)} does not score: add "
+            f"ko_rag to --tasks, or leave {option_name(given[0])} out"
+        )
 
 
 def _print_answer(cfg: EvalConfig, board: Path, rows: list[Any]) -> None:

@@ -21,6 +21,10 @@ from kqe.core.kv_cache import AUTO, parse_kv_dtypes
 from kqe.core.records import ItemChoice, Record
 from kqe.core.workspace import safe_name
 
+MAX_RUN_NAME_BYTES = 128
+"""The longest --run kqe takes (its UTF-8 bytes): a folder name, well inside the 255 bytes a file
+system allows."""
+
 
 def split_list(value: str) -> tuple[str, ...]:
     """`a, b,,c` -> ("a", "b", "c")."""
@@ -278,6 +282,11 @@ class EvalConfig(Record):
         if run is None:
             return None
         composed = unicodedata.normalize("NFC", run)  # decomposed and composed Hangul: one run
+        if len(composed.encode("utf-8")) > MAX_RUN_NAME_BYTES:  # found only when its folder is made
+            raise UserError(
+                f"run name {composed[:40]!r}… is {len(composed.encode('utf-8')):,} bytes long: a --run "
+                f"names a folder, at most {MAX_RUN_NAME_BYTES} bytes; shorten it"
+            )
         if safe_name(run) != composed:  # it names a folder under results/<model>/runs/
             raise UserError(
                 f"run name {run!r} is not a plain folder name: use letters and digits (any script, "

@@ -14,6 +14,7 @@ import json
 import os
 import stat
 import tempfile
+import tomllib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -36,6 +37,13 @@ def sha256_of(data: str | bytes) -> str:
 MAX_READ_BYTES = 64 * 2**20
 """The most kqe reads of a file it is given (a leaderboard, a per-item or answer file, a config, a
 recipe table): far above any it writes, and a bound on what a mistaken `/dev/zero` can cost."""
+
+
+def shown(path: Path | str) -> str:
+    """`path` as an error line names it: whole up to 300 characters (any path a user types), else its
+    start and end and its length (a 5,000-character name would make the one line 5,000 characters)."""
+    name = str(path)
+    return name if len(name) <= 300 else f"{name[:120]}…{name[-60:]} ({len(name):,} characters)"
 
 
 def _mode_problem(mode: int) -> str | None:
@@ -64,7 +72,7 @@ def require_file(path: Path, what: str, fix: str) -> Path:
     """`path` when it is a regular file; else a UserError `<what> <path> <file_problem>: <fix>`."""
     problem = file_problem(path)
     if problem is not None:
-        raise UserError(f"{what} {path} {problem}: {fix}")
+        raise UserError(f"{what} {shown(path)} {problem}: {fix}")
     return path
 
 
@@ -75,7 +83,7 @@ def read_bytes(path: Path, what: str) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as err:
         require_file(path, what, "pass an existing file")  # says what the path is, when that is why
-        raise UserError(f"{what} {path} cannot be read: {err.strerror}") from None
+        raise UserError(f"{what} {shown(path)} cannot be read: {err.strerror}") from None
     problem = _mode_problem(os.fstat(fd).st_mode)
     if problem is not None:
         os.close(fd)
@@ -106,10 +114,64 @@ def read_text(path: Path, what: str) -> str:
     return text
 
 
+MAX_NESTING = 64
+"""The deepest nesting of arrays and objects (tables) kqe reads in JSON or TOML it is given: model configs
+nest 3 deep; deeper input is refused before Python's recursive parsers overflow their stack."""
+
+
+class NestingError(ValueError):
+    """JSON or TOML nested deeper than MAX_NESTING, or a JSON object that names one key twice."""
+
+
+def _reject_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict; a key named twice is refused (readers disagree on which wins)."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        repeated = next(key for key in value if sum(name == key for name, _ in pairs) > 1)
+        raise NestingError(f"key {repeated!r} appears twice in one object")
+    return value
+
+
+def check_nesting(value: Any) -> Any:
+    """`value` (parsed JSON or TOML) when no array or object in it nests deeper than MAX_NESTING; else
+    NestingError (walked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth >= MAX_NESTING:
+                    raise NestingError(f"nested deeper than {MAX_NESTING} levels")
+                stack.append((child, depth + 1))
+    return value
+
+
+def loads_json(text: str | bytes) -> Any:
+    """The JSON value of `text`: the one parser of JSON kqe is given. ValueError when it is not JSON
+    (json.JSONDecodeError), nests deeper than MAX_NESTING or repeats a key (NestingError)."""
+    try:
+        value = json.loads(text, object_pairs_hook=_reject_repeated_keys)
+    except RecursionError:
+        raise NestingError(f"nested deeper than {MAX_NESTING} levels") from None
+    return check_nesting(value)
+
+
+def loads_toml(text: str) -> dict[str, Any]:
+    """The TOML table of `text`, bounded like `loads_json`: tomllib.TOMLDecodeError when it is not TOML,
+    NestingError when it nests deeper than MAX_NESTING."""
+    try:
+        return check_nesting(tomllib.loads(text))
+    except RecursionError:
+        raise NestingError(f"nested deeper than {MAX_NESTING} levels") from None
+
+
 def read_json_object(path: Path, what: str) -> dict[str, Any]:
     """The JSON object in `path`; UserError naming `what` when it is not one (see `read_text`)."""
     try:
-        value = json.loads(read_text(path, what))
+        value = loads_json(read_text(path, what))
+    except NestingError as err:
+        raise UserError(f"{what} {path} is not JSON kqe reads ({err}): fix or replace it") from None
     except ValueError as err:
         raise UserError(f"{what} {path} is not valid JSON ({err}): fix or replace it") from None
     if not isinstance(value, dict):
@@ -117,6 +179,34 @@ def read_json_object(path: Path, what: str) -> dict[str, Any]:
             f"{what} {path} holds a JSON {type(value).__name__}, not an object: is it the right file?"
         )
     return value
+
+
+MAX_SAFETENSORS_HEADER = 100 * 2**20
+"""The largest JSON header a safetensors file may declare (the format's own limit, 100 MB)."""
+
+
+def read_safetensors_header(path: Path) -> tuple[int, dict[str, Any]]:
+    """The length and JSON header of the safetensors file `path` (8-byte little-endian length, then
+    JSON), read within its bounds: ValueError saying why when it is no regular file, declares a header
+    longer than the file or MAX_SAFETENSORS_HEADER, or holds no JSON object (see `loads_json`); OSError
+    when it cannot be opened."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a folder opens too: fstat says what it is
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        problem = _mode_problem(info.st_mode)
+        if problem is not None:
+            raise ValueError(f"it {problem}")
+        size = info.st_size
+        prefix = handle.read(8)
+        if len(prefix) < 8:
+            raise ValueError("shorter than its 8-byte header length")
+        length = int.from_bytes(prefix, "little")
+        if length > min(size - 8, MAX_SAFETENSORS_HEADER):
+            raise ValueError(f"it declares a {length:,}-byte header in {size:,} bytes")
+        header = loads_json(handle.read(length))
+    if not isinstance(header, dict):
+        raise ValueError(f"its header is a JSON {type(header).__name__}, not an object")
+    return length, header
 
 
 def sha256_file(path: Path) -> str:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from kqe.core.errors import UserError
-from kqe.core.io import sha256_file, write_atomic
+from kqe.core.io import loads_json, sha256_file, write_atomic
 from kqe.core.records import ModelSpec, package_versions
 from kqe.core.registry import first_line
 from kqe.core.sources import pip_download
@@ -222,7 +222,7 @@ def describe_files(folder: Path) -> dict[str, dict[str, Any]]:
 def verify_model_dir(folder: Path, *, full: bool) -> bool:
     """Whether the manifest in `folder` matches its files: sizes always, sha256 too when `full`."""
     try:
-        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        manifest = loads_json((folder / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
     files = manifest.get("files") if manifest.get("version") == MANIFEST_VERSION else None

@@ -8,11 +8,9 @@ from the model's config.json (from `text_config` where a multimodal config nests
 from __future__ import annotations
 
 import codecs
-import json
 import logging
 import math
 import re
-import struct
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -20,7 +18,13 @@ from typing import Any
 
 from kqe.core import defaults
 from kqe.core.errors import UserError
-from kqe.core.io import read_bytes, read_json_object, require_file
+from kqe.core.io import (
+    loads_json,
+    read_bytes,
+    read_json_object,
+    read_safetensors_header,
+    require_file,
+)
 from kqe.core.records import ModelSpec
 from kqe.core.workspace import Workspace, safe_name
 
@@ -79,16 +83,31 @@ def spec_from_config(
     params_b: float | None = None,
     local_path: str | None = None,
 ) -> ModelSpec:
-    """A ModelSpec from a config.json dict; `params_b` defaults to a dense-decoder estimate."""
+    """A ModelSpec from a config.json dict; `params_b` defaults to a dense-decoder estimate. Every
+    architecture fact must be a positive whole number (`_count`)."""
     text = config.get("text_config") or config
-    facts = {field: int(_first(text, config, keys, name)) for field, keys in _KEYS.items()}
+    if not isinstance(text, dict):
+        raise UserError(
+            f"model {name}: config.json's text_config is a JSON {type(text).__name__}, not an object: "
+            "fix the config (a multimodal config nests its language model's config there)"
+        )
+    facts = {field: _count(_first(text, config, keys, name), keys[0], name) for field, keys in _KEYS.items()}
     heads = facts["heads"]
-    kv_heads = int(_first(text, config, ("num_key_value_heads", "n_head_kv"), name, default=heads))
-    head_dim = int(text.get("head_dim") or facts["hidden"] // heads)
+    kv_key = ("num_key_value_heads", "n_head_kv")
+    kv_heads = _count(_first(text, config, kv_key, name, default=heads), kv_key[0], name)
+    if heads % kv_heads:
+        raise UserError(
+            f"model {name}: config.json has {heads} attention heads and {kv_heads} KV heads: the heads "
+            "must be a multiple of the KV heads; fix num_key_value_heads"
+        )
+    head_dim = _count(text.get("head_dim") or facts["hidden"] // heads, "head_dim", name)
     # Without the key: PretrainedConfig's default (tied); configs of untied models state it.
     tied = bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", True)))
     # Hybrid attention (Gemma 3): vLLM keeps only the window of the sliding-window layers in the KV cache.
-    sliding_layers = sum(kind == "sliding_attention" for kind in text.get("layer_types") or [])
+    layer_types = text.get("layer_types") or []
+    if not isinstance(layer_types, list):
+        raise UserError(f"model {name}: config.json's layer_types is not a list: fix the config")
+    sliding_layers = sum(kind == "sliding_attention" for kind in layer_types)
     if params_b is None:
         count = dense_param_count(
             layers=facts["layers"],
@@ -115,7 +134,7 @@ def spec_from_config(
         vocab=facts["vocab"],
         tied_embeddings=tied,
         max_context=facts["max_context"],
-        sliding_window=int(text["sliding_window"]) if sliding_layers else None,
+        sliding_window=_count(text.get("sliding_window"), "sliding_window", name) if sliding_layers else None,
         sliding_window_layers=sliding_layers,
         local_path=local_path,
     )
@@ -145,7 +164,7 @@ def check_remote_code(model_dir: Path, trusted: bool) -> None:
     trust it: loading it would run that code."""
     for name in ("config.json", "tokenizer_config.json"):
         try:
-            config = json.loads((model_dir / name).read_text(encoding="utf-8-sig"))
+            config = loads_json((model_dir / name).read_text(encoding="utf-8-sig"))
         except (OSError, ValueError):
             continue
         if isinstance(config, dict) and config.get("auto_map") and not trusted:
@@ -194,7 +213,7 @@ def _spec_from_hub(argument: str) -> ModelSpec:
         raise UserError(
             f"model {argument!r}: cannot read config.json from the hub: {first_line(err)}"
         ) from None
-    config = json.loads(Path(config_path).read_text(encoding="utf-8"))
+    config = loads_json(Path(config_path).read_text(encoding="utf-8"))
     total = info.safetensors.total if info.safetensors else None
     log.info("hub model %s at %s", hub_id, info.sha)
     return spec_from_config(
@@ -224,14 +243,30 @@ def _first(
     return default
 
 
+MAX_COUNT = 2**40
+"""Above any architecture fact of a real model (layers, widths, heads, vocabulary, context)."""
+
+
+def _count(value: Any, key: str, name: str) -> int:
+    """`value` of config.json's `key` as a positive whole number; UserError naming the key otherwise
+    (0 or -5 layers, 18.7 heads, 1e309, true, a string or a list would plan nonsense or crash)."""
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    whole = whole or (isinstance(value, float) and value.is_integer())
+    if not whole or not 0 < value <= MAX_COUNT:
+        raise UserError(
+            f"model {name}: config.json's {key} is {repr(value)[:40]}, not a positive whole number: "
+            "fix the config"
+        )
+    return int(value)
+
+
 def _safetensors_elements(file: Path) -> int:
     """Number of weights in a safetensors file, read from its JSON header (8-byte length, then JSON)."""
     try:
-        with file.open("rb") as handle:
-            (length,) = struct.unpack("<Q", handle.read(8))
-            header = json.loads(handle.read(length))
+        _, header = read_safetensors_header(file)
         return sum(math.prod(entry["shape"]) for key, entry in header.items() if key != "__metadata__")
-    except (struct.error, ValueError, KeyError, TypeError, MemoryError):
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        why = err.strerror if isinstance(err, OSError) else err
         raise UserError(
-            f"model weights {file} are not a readable safetensors file: re-save the model"
+            f"model weights {file} are not a readable safetensors file ({why}): re-save the model"
         ) from None

@@ -42,7 +42,7 @@ from typing import Any, Literal, Protocol
 from kqe.core import help_pages
 from kqe.core.archives import members, read_member
 from kqe.core.errors import UserError
-from kqe.core.io import sha256_file, sha256_of, write_atomic
+from kqe.core.io import loads_json, sha256_file, sha256_of, write_atomic
 from kqe.core.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -344,7 +344,7 @@ def normalize_text(data: bytes, where: str) -> str:
 
 def _read_manifest(root: Path) -> dict[str, Any]:
     try:
-        manifest: dict[str, Any] = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+        manifest: dict[str, Any] = loads_json((root / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return manifest if manifest.get("version") == MANIFEST_VERSION else {}

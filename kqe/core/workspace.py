@@ -36,6 +36,16 @@ def safe_name(name: str) -> str:
     return cleaned
 
 
+def _resolved(path: Path, what: str) -> Path:
+    """`path` made absolute with its links followed; UserError naming `what` when no call can resolve
+    it (a loop of symbolic links, a name too long)."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError) as err:  # Python 3.11 says RuntimeError for a loop of links
+        reason = err.strerror if isinstance(err, OSError) else "a loop of symbolic links"
+        raise UserError(f"{what} {path} cannot be used ({reason}): point it at a real folder") from None
+
+
 @dataclass(frozen=True)
 class Workspace:
     """Roots of the project tree and of the cache; every path the suite writes derives from these."""
@@ -53,11 +63,13 @@ class Workspace:
 
     @classmethod
     def from_env(cls, root: Path | None = None) -> Workspace:
-        root = (root or Path.cwd()).resolve()
+        root = _resolved(root or Path.cwd(), "the current folder")
         # empty is unset, as for every KQE_ variable (kqe.core.env) and scripts/setup.sh's ${KQE_HOME:-…}
         cache = Path(env_value("KQE_HOME") or Path.home() / ".cache" / "kqe").expanduser()
         serve = Path(env_value("KQE_SERVE_VENV") or root / ".venv-serve").expanduser()
-        return cls(root=root, cache=cache.resolve(), serve_venv=serve.resolve())
+        return cls(
+            root=root, cache=_resolved(cache, "KQE_HOME"), serve_venv=_resolved(serve, "KQE_SERVE_VENV")
+        )
 
     def setup_hint(self) -> str:
         """How to fill the cache: `make setup`, naming KQE_HOME when it is set (a mistyped one is

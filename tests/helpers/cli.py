@@ -19,8 +19,10 @@ from tests.helpers.repo import REPO
 def run_kqe(
     *args: str, cwd: Path, home: Path, serve_venv: Path = REPO / ".venv-serve"
 ) -> subprocess.CompletedProcess:
-    """`python -m kqe.cli ARGS` in `cwd` with `home` as KQE_HOME: the entry point a user runs."""
+    """`python -m kqe.cli ARGS` in `cwd` with `home` as KQE_HOME: the entry point a user runs (of this
+    checkout: a worktree's venv may be linked to another checkout's editable install)."""
     env = {**os.environ, "KQE_HOME": str(home), "KQE_SERVE_VENV": str(serve_venv), "COLUMNS": "200"}
+    env["PYTHONPATH"] = str(REPO)  # this checkout's kqe, not the one the venv was installed from
     return subprocess.run(
         [sys.executable, "-m", "kqe.cli", *args],
         cwd=cwd,

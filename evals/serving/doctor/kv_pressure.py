@@ -99,6 +99,8 @@ def read_metrics(url: str) -> str:
         raise UserError(f"--metrics {url!r}: give an http(s) URL, e.g. http://127.0.0.1:8000")
     try:
         response = httpx.get(page, timeout=METRICS_TIMEOUT_S)
+    except httpx.InvalidURL as error:  # `http://[::1`, a port of letters: no request was sent
+        raise UserError(f"--metrics {url!r} is no URL ({error}): e.g. http://127.0.0.1:8000") from None
     except httpx.HTTPError as error:
         reason = type(error).__name__
         raise UserError(f"--metrics {page}: no answer ({reason}): is the server running?") from None

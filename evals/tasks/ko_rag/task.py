@@ -36,7 +36,7 @@ from evals.tasks.prompt_tokens import prompt_sha
 from evals.tasks.prompts import PromptItem
 from kqe.core.defaults import RAG_DEFAULT_CONDITIONS, RAG_LENGTHS
 from kqe.core.errors import UserError
-from kqe.core.io import sha256_file, write_atomic
+from kqe.core.io import loads_json, sha256_file, write_atomic
 from kqe.core.records import content_hash
 from kqe.core.workspace import Workspace
 
@@ -116,14 +116,14 @@ def read_rows(data_dir: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise UserError(f"{path} is missing: run prepare_ko_rag first")
     lines = path.read_text(encoding="utf-8").split("\n")
-    return [json.loads(line) for line in lines if line.strip()]
+    return [loads_json(line) for line in lines if line.strip()]
 
 
 def read_manifest(data_dir: Path) -> dict[str, Any]:
     path = data_dir / MANIFEST_FILE
     if not path.is_file():
         raise UserError(f"{path} is missing: run prepare_ko_rag first")
-    manifest: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    manifest: dict[str, Any] = loads_json(path.read_text(encoding="utf-8"))
     return manifest
 
 

@@ -8,13 +8,12 @@ the line and the fix rather than decoded into mojibake or left to raise deep in 
 from __future__ import annotations
 
 import codecs
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from kqe.core.errors import UserError
-from kqe.core.io import read_bytes, require_file
+from kqe.core.io import loads_json, read_bytes, require_file
 
 
 class _HasId(Protocol):
@@ -66,7 +65,7 @@ def read_entries(
             continue
         where = f"{path}:{number}"
         try:
-            value = json.loads(line)
+            value = loads_json(line)
         except ValueError as exc:
             raise UserError(f"{where}: not JSON ({exc}): write one JSON object per line") from None
         entry = parse(value, where)
