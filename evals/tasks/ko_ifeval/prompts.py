@@ -85,4 +85,4 @@ def _parse(value: Any, where: str) -> IfevalPrompt:
 
 def load_prompts(path: Path = PROMPTS_PATH) -> list[IfevalPrompt]:
     """Every prompt of `path` (default: the shipped set), checked line by line."""
-    return read_entries(path, _parse, "prompt key", what="ko_ifeval prompts file", fix=_FIX)
+    return read_entries(path, _parse, "prompt", what="ko_ifeval prompts file", fix=_FIX)
