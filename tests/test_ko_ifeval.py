@@ -14,6 +14,7 @@ from evals.tasks.ko_ifeval.prompts import PROMPTS_PATH, load_prompts
 from evals.tasks.ko_ifeval.sentences import split_sentences
 from kqe.core.errors import UserError
 from tests.helpers.cli import assert_one_line_error, run_kqe
+from tests.helpers.repo import REPO
 
 ISSUE_IDS = {
     "ko:formal_ending", "ko:polite_ending", "ko:no_latin", "ko:no_hanja", "ko:answer_in_korean",
@@ -186,3 +187,24 @@ def test_a_missing_or_cp949_file_is_one_line(tmp_path: Path) -> None:
     path.write_bytes('{"key": 1, "response": "안녕"}\n'.encode("cp949"))
     result = run_kqe("ifeval", "score", str(path), cwd=tmp_path, home=tmp_path / "home")
     assert_one_line_error(result, "cp949.jsonl:1: not UTF-8")
+
+
+def test_the_lm_eval_task_scores_each_prompt_with_the_verifiers() -> None:
+    from evals.tasks import lm_eval_bridge
+    from evals.tasks.lm_eval_generation import GenerationJudge, generation_task
+
+    folder = REPO / "evals" / "tasks" / "ko_ifeval"
+    bridged = lm_eval_bridge.resolve("lm-eval:ko_ifeval", folder)
+    assert bridged.output_type == "generate_until" and bridged.source == "user"
+    assert bridged.metrics[0] == "prompt_level_strict_acc,none"
+    task = generation_task(bridged, folder, None, 0)
+    prompts = load_prompts()
+    assert len(task.items) == len(prompts) and len({item.subject for item in task.items}) == len(prompts) // 3
+    by_text = {prompt.prompt: prompt for prompt in prompts}
+    formal = next(i for i in task.items if by_text[i.prompt].instruction_id_list == ("ko:formal_ending",))
+    judge = GenerationJudge(bridged, folder)
+    followed = judge.judge(formal.item_id, ["다음과 같습니다:\n일찍 잡니다. 알람을 멀리 둡니다."])
+    assert followed.headline == "prompt_level_strict_acc,none"
+    assert followed.metrics[followed.headline] == 1.0
+    missed = judge.judge(formal.item_id, ["일찍 자요. 알람을 멀리 둬요."]).metrics
+    assert missed["prompt_level_strict_acc,none"] == 0.0 and missed["inst_level_loose_acc,none"] == 0.0
