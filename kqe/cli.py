@@ -23,6 +23,7 @@ try:  # kqe's imports take seconds: Ctrl-C among them is an interrupt like any o
     from kqe.commands.doctor import doctor_command
     from kqe.commands.env import env_command
     from kqe.commands.eval import eval_command
+    from kqe.commands.ifeval import ifeval_command
     from kqe.commands.load import load_command
     from kqe.commands.models import models_command
     from kqe.commands.plan import plan_command
@@ -100,7 +101,7 @@ def main(verbose: bool) -> None:
 COMMANDS = (
     eval_command, models_command, compare_command, calibrate_command, quantize_command, plan_command,
     doctor_command, load_command, choose_command, diff_command, report_command, env_command, rag_command,
-    tasks_command,
+    tasks_command, ifeval_command,
 )  # fmt: skip
 for command in COMMANDS:
     main.add_command(command)

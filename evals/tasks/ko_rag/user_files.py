@@ -28,10 +28,14 @@ _UTF16_MARKS = (b"\xff\xfe", b"\xfe\xff")
 _MUST = "it must be UTF-8: save it as UTF-8"
 
 
-def read_utf8(path: Path) -> str:
-    """The text of `path`, which must be UTF-8 (a leading byte-order mark dropped); anything else is a
-    UserError naming the file, the line of the first bad byte and the encoding it must be."""
-    data = read_bytes(path, "ko_rag file")  # bounded, and never a FIFO or device
+_KO_RAG_FILE = "ko_rag file"
+_KO_RAG_FIX = "a ko_rag data folder needs docs.jsonl and questions.jsonl"
+
+
+def read_utf8(path: Path, what: str = _KO_RAG_FILE) -> str:
+    """The text of `path` (a `what`), which must be UTF-8 (a leading byte-order mark dropped); anything
+    else is a UserError naming the file, the line of the first bad byte and the encoding it must be."""
+    data = read_bytes(path, what)  # bounded, and never a FIFO or device
     if data.startswith(_UTF16_MARKS):
         raise UserError(f"{path} is UTF-16 (byte-order mark {data[:2].hex()}): {_MUST}")
     if b"\0" in data:  # UTF-16 without a byte-order mark (or binary); never in UTF-8 text
@@ -53,14 +57,18 @@ def read_entries(
     parse: Callable[[Any, str], Entry],
     noun: str,
     check: Callable[[Entry, str], None] | None = None,
+    *,
+    what: str = _KO_RAG_FILE,
+    fix: str = _KO_RAG_FIX,
 ) -> list[Entry]:
     """One entry per non-blank line: `parse(value, "path:line")` builds it from the line's JSON value,
-    then its id must be new, then `check` may test it against other data. A missing file, a line
-    that is not JSON, an id used twice or a file without entries is a UserError."""
-    require_file(path, "ko_rag file", "a ko_rag data folder needs docs.jsonl and questions.jsonl")
+    then its id must be new, then `check` may test it against other data. A missing file (a `what`;
+    `fix` says what to give), a line that is not JSON, an id used twice or a file without entries is a
+    UserError. (ko_ifeval's prompt and response files are read the same way.)"""
+    require_file(path, what, fix)
     entries: list[Entry] = []
     seen: dict[str, int] = {}
-    for number, line in enumerate(read_utf8(path).split("\n"), start=1):
+    for number, line in enumerate(read_utf8(path, what).split("\n"), start=1):
         if not line.strip():
             continue
         where = f"{path}:{number}"
