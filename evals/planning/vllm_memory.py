@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kqe.core.errors import UserError
-from kqe.core.kv_cache import kv_bytes_per_element
 from kqe.core.io import loads_toml
+from kqe.core.kv_cache import kv_bytes_per_element
 from kqe.core.records import Engine, EngineSettings, ModelSpec, ServeProfile
 from kqe.core.schemes import BASE_SCHEME, scheme_info
 
