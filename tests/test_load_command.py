@@ -29,6 +29,7 @@ from evals.serving.serve import load_profile
 from kqe.commands.load import parse_concurrency
 from kqe.core.capacity import AbReport, LoadRecord
 from kqe.core.errors import UserError
+from kqe.core.sources import MANIFEST_VERSION
 from tests.helpers.cli import assert_one_line_error
 from tests.helpers.repo import REPO
 from tests.helpers.serve_env import needs_serve_env
@@ -55,7 +56,8 @@ def write_sources(home: Path) -> None:
         (root / f"{key}.txt").write_text(text, encoding="utf-8")
         sha = hashlib.sha256(text.encode()).hexdigest()
         files[key] = {"path": f"{key}.txt", "origin": "test", "sha256": sha}
-    (root / "manifest.json").write_text(json.dumps({"version": 1, "requirements": [], "files": files}))
+    manifest = {"version": MANIFEST_VERSION, "requirements": [], "files": files}
+    (root / "manifest.json").write_text(json.dumps(manifest))
 
 
 def run_load_command(*args: str, cwd: Path, home: Path, timeout: float = 60) -> subprocess.CompletedProcess:
