@@ -29,7 +29,7 @@ from evals.planning.vllm_memory import Gpu, PlanRequest, valid_tensor_parallel_s
 from evals.serving.hardware import Device
 from kqe.core.errors import UserError
 from kqe.core.kv_cache import AUTO
-from kqe.core.records import ModelSpec, Record, ServeProfile
+from kqe.core.records import Engine, ModelSpec, Record, ServeProfile
 from kqe.core.schemes import BASE_SCHEME, SCHEMES
 
 OFFLOAD_MARGIN_GIB = 1.0
@@ -148,17 +148,7 @@ def place(
         if kv != AUTO:
             placements.append(_place_kv(model, name, scheme, kv, target, local, run_profile, score_profile))
         elif target is None:
-            here = ScorePlacement(profile=run_profile, device=engine, why="the run's profile")
-            placements.append(
-                Placement(
-                    checkpoint=name,
-                    scheme=scheme,
-                    target_plan=None,
-                    memory_source="vllm-log",
-                    shortfall_gib=None,
-                    score=here,
-                )
-            )
+            placements.append(_place_here(name, scheme, run_profile, engine))
         else:
             placements.append(_place_on_target(model, name, scheme, target, local, score_profile))
     where = local.name if engine == "cpu" else f"{local.name} ×{local.count}"
@@ -181,9 +171,12 @@ def _place_kv(
     if target is not None:
         kv_target = target.model_copy(update={"profile": target.profile.model_copy(update=with_kv)})
         return _place_on_target(model, name, scheme, kv_target, local, scored)
-    here = ScorePlacement(
-        profile=run_profile.model_copy(update=with_kv), device=local.engine, why="the run's profile"
-    )
+    return _place_here(name, scheme, run_profile.model_copy(update=with_kv), local.engine)
+
+
+def _place_here(name: str, scheme: str, profile: ServeProfile, engine: Engine) -> Placement:
+    """A checkpoint with no target: scored on this machine under `profile`, its memory from vLLM's log."""
+    here = ScorePlacement(profile=profile, device=engine, why="the run's profile")
     return Placement(
         checkpoint=name,
         scheme=scheme,
