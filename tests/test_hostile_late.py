@@ -266,3 +266,90 @@ def test_a_malformed_metrics_url_is_one_line(
     assert_one_line_error(
         invoke_kqe(monkeypatch, tmp_path, tmp_path, ["doctor", "--metrics", url]), "--metrics"
     )
+
+
+BATCHED_TOKENS_REFUSED = [
+    (("--max-num-batched-tokens", "1"), ("--max-num-batched-tokens 1", "below --max-num-seqs 256")),
+    (
+        ("--max-num-seqs", "16", "--max-num-batched-tokens", "15"),
+        ("--max-num-batched-tokens 15", "--max-num-seqs 16", "at least 16"),
+    ),
+    (
+        ("--max-model-len", "4096", "--no-enable-chunked-prefill", "--max-num-batched-tokens", "2048"),
+        ("--max-num-batched-tokens 2048", "--max-model-len 4096", "chunked prefill"),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "said"), BATCHED_TOKENS_REFUSED, ids=[" ".join(a) for a, _ in BATCHED_TOKENS_REFUSED]
+)
+def test_a_step_budget_vllm_refuses_is_refused_by_plan(
+    args: tuple[str, ...],
+    said: tuple[str, ...],
+    tmp_path: Path,
+    home_with_sources: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`plan --max-num-batched-tokens 1` said "fits" though vLLM's scheduler refuses to start with it."""
+    command = ["plan", "--model", "gemma3-270m", "--gpu", "rtx4090", *args]
+    assert_one_line_error(invoke_kqe(monkeypatch, home_with_sources, tmp_path, command), *said)
+
+
+def test_a_step_budget_vllm_accepts_still_plans(
+    tmp_path: Path, home_with_sources: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bound is vLLM's, not stricter: as many tokens as sequences, or a budget under the context
+    with chunked prefill, plan as before."""
+    for args in (
+        ("--max-num-seqs", "16", "--max-num-batched-tokens", "16"),
+        ("--max-model-len", "4096", "--max-num-batched-tokens", "512"),
+    ):
+        result = invoke_kqe(
+            monkeypatch,
+            home_with_sources,
+            tmp_path,
+            ["plan", "--model", "gemma3-270m", "--gpu", "rtx4090", *args],
+        )
+        assert result.exit_code == 0, result.output
+        assert "fits" in result.output
+
+
+BROKEN_TASK_YAMLS = [
+    ("task: [unclosed\n  - x: :\n", "not valid YAML (line 2)"),
+    ("task: 5\noutput_type: generate_until\n", "gives task: 5"),
+    ("- a\n- b\n", "holds a list, not a task config"),
+    ("task: []\n", "gives task: []"),
+    ("task: ok\n", None),  # a good one beside: the broken one is still named
+]
+
+
+@pytest.mark.parametrize(("text", "said"), BROKEN_TASK_YAMLS[:4], ids=[s for _, s in BROKEN_TASK_YAMLS[:4]])
+def test_a_broken_task_yaml_under_include_path_is_named_in_one_line(
+    text: str,
+    said: str,
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    home_with_sources: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A YAML lm-eval cannot parse was skipped silently; a `task:` that is a number crashed its index
+    (TypeError). Both are named before lm-eval indexes the folder, by `tasks` and by the dry run."""
+    folder = tmp_path / "mine" / "nested"
+    folder.mkdir(parents=True)
+    (folder / "good.yaml").write_text(BROKEN_TASK_YAMLS[4][0], encoding="utf-8")
+    (folder / "broken.yaml").write_text(text, encoding="utf-8")
+    for args in (
+        ["tasks", "--include-path", str(tmp_path / "mine")],
+        [
+            "eval",
+            "--model",
+            str(tiny_model_dir),
+            "--include-path",
+            str(tmp_path / "mine"),
+            "--tasks",
+            "lm-eval:ok",
+            "--dry-run",
+        ],
+    ):
+        assert_one_line_error(invoke_kqe(monkeypatch, home_with_sources, tmp_path, args), "broken.yaml", said)

@@ -109,6 +109,7 @@ def validate(req: PlanRequest) -> None:
         )
     if req.max_num_seqs < 1:
         raise UserError(f"--max-num-seqs {req.max_num_seqs} must be at least 1")
+    _check_batched_tokens(req)
     _check_tensor_parallel(req)
     if req.engine == "gpu" and not (req.gpu_gib and req.gpu_gib > 0):
         raise UserError("no GPU memory to plan for: give --gpu NAME or --gpu-gib N (GiB per GPU)")
@@ -116,6 +117,24 @@ def validate(req: PlanRequest) -> None:
         raise UserError("the CPU engine sizes its KV cache explicitly: give --kv-cache-gib N")
     if req.kv_cache_gib is not None and req.kv_cache_gib <= 0:
         raise UserError(f"--kv-cache-gib {req.kv_cache_gib} must be above 0")
+
+
+def _check_batched_tokens(req: PlanRequest) -> None:
+    """What vLLM 0.32's scheduler refuses at start (`SchedulerConfig.verify_max_model_len`) of a
+    `--max-num-batched-tokens` given (vLLM's defaults satisfy it)."""
+    tokens = req.max_num_batched_tokens
+    if tokens is None:
+        return
+    if tokens < req.max_num_seqs:
+        raise UserError(
+            f"--max-num-batched-tokens {tokens} is below --max-num-seqs {req.max_num_seqs}, which vLLM "
+            f"refuses: give at least {req.max_num_seqs}"
+        )
+    if tokens < req.max_model_len and not req.enable_chunked_prefill:
+        raise UserError(
+            f"--max-num-batched-tokens {tokens} is below --max-model-len {req.max_model_len} without "
+            f"chunked prefill, which vLLM refuses: give at least {req.max_model_len}, or chunked prefill"
+        )
 
 
 def _check_tensor_parallel(req: PlanRequest) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evals.tasks.include_yaml import check_task_yaml
 from evals.tasks.prompts import PromptItem, doc_requests, stratified_sample
 from evals.tasks.registry import LM_EVAL_PREFIX as PREFIX
 from kqe.core.errors import UserError
@@ -87,7 +88,7 @@ def check_include_path(include_path: str | None) -> Path | None:
 def _yaml_files(path: Path, given: str) -> int:
     """How many `*.yaml`/`*.yml` files the include folder holds, walked as lm-eval walks it (links not
     followed); UserError, before lm-eval indexes it, when it is larger or deeper than an include
-    folder is (`MAX_INCLUDE_ENTRIES`, `MAX_INCLUDE_DEPTH`)."""
+    folder is (`MAX_INCLUDE_ENTRIES`, `MAX_INCLUDE_DEPTH`) or holds a YAML lm-eval would misread."""
     found = entries = 0
     for folder, dirs, files in os.walk(path):
         entries += len(dirs) + len(files)
@@ -102,7 +103,10 @@ def _yaml_files(path: Path, given: str) -> int:
                 f"--include-path {given}: too deep for a folder of task YAMLs (folders more than "
                 f"{MAX_INCLUDE_DEPTH} deep: {folder}): give the folder of your task YAMLs"
             )
-        found += sum(name.endswith((".yaml", ".yml")) for name in files)
+        yamls = [name for name in files if name.endswith((".yaml", ".yml"))]
+        for name in yamls:
+            check_task_yaml(Path(folder) / name, given)
+        found += len(yamls)
     return found
 
 
