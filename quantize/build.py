@@ -131,7 +131,7 @@ AUTOAWQ_UNSUPPORTED = {
 
 def check_recipe(base_dir: Path, recipe: Recipe, what: str) -> None:
     """What can be checked before quantizing: autoawq is installed when the recipe needs it, and the
-    group size suits the layers (`check_group_size`)."""
+    group size suits the layers (`check_group_size`) and every layer it leaves in 16 bits exists."""
     if scheme_info(recipe.scheme).builder == "autoawq":
         if importlib.util.find_spec("awq") is None:
             raise UserError(f"{what}: needs the optional autoawq package: {AUTOAWQ_INSTALL} (into .venv)")
@@ -139,6 +139,7 @@ def check_recipe(base_dir: Path, recipe: Recipe, what: str) -> None:
         if model_type in AUTOAWQ_UNSUPPORTED:
             raise UserError(f"{what}: {AUTOAWQ_UNSUPPORTED[model_type]}; use awq-w4a16 (llmcompressor)")
     check_group_size(base_dir, recipe, what)
+    layout.check_ignore(base_dir, recipe.unquantized_modules(), what)
 
 
 def check_group_size(base_dir: Path, recipe: Recipe, what: str) -> None:

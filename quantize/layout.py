@@ -160,6 +160,25 @@ def check_group_size(base_dir: Path, group_size: int, ignore: Iterable[str], wha
         )
 
 
+def check_ignore(base_dir: Path, ignore: Iterable[str], what: str) -> None:
+    """UserError naming the first `ignore` entry that matches none of the model's modules (a typo
+    would otherwise quantize the layer it meant to keep). Module class names (`Embedding`) are not
+    checked: the weights do not name classes."""
+    modules = {name.rpartition(".")[0] for name in read_tensors(base_dir)} | {"lm_head"}  # tied heads too
+    for pattern in ignore:
+        if _CLASS_NAME.fullmatch(pattern) or any(_is_ignored(module, (pattern,)) for module in modules):
+            continue
+        example = next(iter(sorted(m for m in modules if m.endswith("proj"))), "lm_head")
+        raise UserError(
+            f"{what}: ignore entry {pattern!r} matches no module of {base_dir.name}: give a module name "
+            f"(e.g. {example!r}), a suffix of one, or an re: pattern"
+        )
+
+
+_CLASS_NAME = re.compile(r"[A-Z][A-Za-z0-9_]*")
+"""What compressed-tensors reads as a module class name in a target or ignore list."""
+
+
 def _module_parts(tensors: dict[str, Tensor]) -> dict[str, dict[str, Tensor]]:
     modules: dict[str, dict[str, Tensor]] = defaultdict(dict)
     for name, tensor in tensors.items():

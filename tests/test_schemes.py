@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -116,6 +117,33 @@ def test_group_size_that_does_not_divide_a_layer_is_refused_before_building(tiny
     # ignored layers are left out of the check: without down_proj (512 wide) every width is 256
     widths = layout.linear_widths(layout.read_tensors(tiny_model_dir), ["re:.*down_proj"])
     assert set(widths.values()) == {256} and not any("embed" in module for module in widths)
+
+
+@pytest.mark.parametrize(
+    "ignore",
+    [["no_such_layer"], ["lm_head", "mlp.upproj"], ["re:.*vision_tower.*"], ["model.layers.99.mlp.up_proj"]],
+)
+def test_an_ignore_entry_matching_no_module_is_refused_before_building(
+    tiny_model_dir: Path, ignore: list
+) -> None:
+    """`--set ignore=["no_such_layer"]` built anyway, quantizing the layer a typo meant to keep."""
+    bad = next(p for p in ignore if p != "lm_head")
+    with pytest.raises(
+        UserError, match=rf"ignore entry {re.escape(repr(bad))} matches no module of .*re: pattern"
+    ):
+        check_recipe(tiny_model_dir, recipe_for("w4a16-rtn", {"ignore": ignore}), "w4a16-rtn of tiny")
+
+
+def test_ignore_entries_that_name_modules_pass(tiny_model_dir: Path) -> None:
+    """Exact names, suffixes, re: patterns, the (tied) head and class names are all accepted."""
+    for ignore in (
+        ["lm_head"],
+        ["model.layers.0.mlp.down_proj"],
+        ["mlp.down_proj"],
+        ["re:.*q_proj$", "lm_head"],
+        ["Embedding"],
+    ):
+        check_recipe(tiny_model_dir, recipe_for("w4a16-rtn", {"ignore": ignore}), "w4a16-rtn of tiny")
 
 
 def test_missing_autoawq_names_its_install_line(
