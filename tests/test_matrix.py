@@ -42,6 +42,22 @@ def test_the_same_mix_or_scheme_twice_is_an_error() -> None:
         plan_matrix(("fp8-dynamic", "fp8-dynamic"), ("ko70",), NEEDS_CALIBRATION)
 
 
+@pytest.mark.parametrize(
+    "mixes",
+    [
+        ("ko70", "ko=0.7,en=0.3"),  # a named mix and its shares were built twice, compared with itself
+        ("ko70", "en=0.3,ko=0.7"),
+        ("ko=0.6,en=0.4", "en=0.4,ko=0.6"),
+        ("ko100", "ko=1,en=0"),
+        ("en100", "en=1.0"),
+    ],
+)
+def test_one_mix_under_two_spellings_is_refused(mixes: tuple[str, str]) -> None:
+    assert mix_label(mixes[0]) == mix_label(mixes[1])
+    with pytest.raises(UserError, match="same mix twice"):
+        plan_matrix(("awq-w4a16",), mixes, NEEDS_CALIBRATION)
+
+
 def test_each_mix_is_paired_with_the_least_korean_mix_of_its_scheme() -> None:
     mixes = ("ko100", "ko70", "en100")
     entries = plan_matrix(("awq-w4a16", "gptq-w4a16", "fp8-dynamic"), mixes, NEEDS_CALIBRATION)

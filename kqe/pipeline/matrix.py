@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from kqe.core.errors import UserError
 from kqe.core.kv_cache import AUTO, kv_row_name
 from kqe.core.schemes import BASE_SCHEME
-from quantize.calibration import NAMED_MIXES, parse_mix
+from quantize.calibration import LANGS, NAMED_MIXES, parse_mix
 
 
 @dataclass(frozen=True)
@@ -39,11 +39,15 @@ class MatrixEntry:
 
 
 def mix_label(mix: str) -> str:
-    """Short name of a mix for checkpoint names: `ko70` as is, `ko=0.6,en=0.4` → `ko60en40`."""
+    """Short name of a mix for checkpoint names, one per set of shares however it is written: `ko70`
+    as is, `ko=0.7,en=0.3` → `ko70` too, `en=0.4,ko=0.6` → `ko60en40`."""
     if mix in NAMED_MIXES:
         return mix
-    shares = parse_mix(mix)
-    return "".join(f"{lang}{round(100 * share)}" for lang, share in shares.items() if share > 0)
+    shares = {lang: share for lang, share in parse_mix(mix).items() if share > 0}
+    for name, named in NAMED_MIXES.items():
+        if named.keys() == shares.keys() and all(abs(named[lang] - shares[lang]) < 1e-9 for lang in shares):
+            return name
+    return "".join(f"{lang}{round(100 * shares[lang])}" for lang in LANGS if lang in shares)
 
 
 def plan_matrix(
