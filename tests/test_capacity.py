@@ -150,12 +150,19 @@ def test_report_finds_levels_and_the_highest_one_without_preemption() -> None:
     ):
         saved = LoadRecord(command="kqe load", machine="cpu", report=measured)
         assert saved.file_name() == name and LoadRecord.model_validate_json(saved.to_json()) == saved
-    by_url = LoadRecord(
-        command="kqe load",
-        machine="cpu",
-        report=report.model_copy(update={"checkpoint": "org/m", "profile": None}),
-    )
-    assert by_url.file_name() == "org_m.url.shared-prefix.json"
+    names = {}
+    for checkpoint in ("org/m", "org_m", "org m", "-", "한국어-awq", "한국어 awq"):
+        record = LoadRecord(
+            command="kqe load",
+            machine="cpu",
+            report=report.model_copy(update={"checkpoint": checkpoint, "profile": None}),
+        )
+        names[checkpoint] = record.file_name()
+    # a/b and a_b were one file, the second overwriting the first; `-` is named, not refused
+    assert len(set(names.values())) == len(names)
+    assert names["org_m"] == "org_m.url.shared-prefix.json"
+    assert names["한국어-awq"] == "한국어-awq.url.shared-prefix.json"
+    assert names["org/m"].startswith("org_m-") and names["-"].startswith("checkpoint-")
 
 
 def test_the_saved_command_repeats_every_option_set_but_the_api_key() -> None:

@@ -14,25 +14,15 @@ from evals.reporting.p_values import format_p
 from evals.reporting.plots import task_label
 from evals.reporting.rag_report import percent, retrieved_delta, scored_lengths
 from evals.reporting.report_text import caveats, cell, checkpoint_caveats, delta_ci
-from kqe.core.errors import UserError
-from kqe.core.io import sha256_of
 from kqe.core.records import Checkpoint, ModelSpec
 from kqe.core.results import RunSummary
 from kqe.core.schemes import BASE_SCHEME
-from kqe.core.workspace import safe_name
+from kqe.core.workspace import unique_file_stem
 
 
 def card_file_name(checkpoint: str) -> str:
-    """The card's file name in `cards/`: the checkpoint's name when it is a plain file name already
-    (`awq-w4a16-ko70.md`, `한국어-awq.md`); otherwise its safe form plus 8 hex digits of the name's
-    hash, so that no two checkpoints share a card (`a/b` and `a_b`) and none is left nameless (`-`)."""
-    try:
-        stem = safe_name(checkpoint)
-    except UserError:  # no letter or digit in it: a leaderboard row may say anything
-        stem = "checkpoint"
-    if stem != checkpoint:  # decomposed Hangul too: its composed twin may be another row
-        stem = f"{stem}-{sha256_of(checkpoint)[:8]}"
-    return f"{stem}.md"
+    """The card's file name in `cards/`, one per checkpoint name (`unique_file_stem`)."""
+    return f"{unique_file_stem(checkpoint, 'checkpoint')}.md"
 
 
 def _items_scored(run: RunSummary | None, checkpoint: str, task_prefix: str) -> int | None:

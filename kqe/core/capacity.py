@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from kqe.core.records import SCHEMA_VERSION, Engine, MemoryReport, Record
-from kqe.core.workspace import safe_name
+from kqe.core.workspace import unique_file_stem
 
 Workload = Literal["rag", "shared-prefix"]
 """`rag`: long Korean RAG prompts, each with its own passages (little prefix to share);
@@ -162,4 +162,4 @@ class LoadRecord(Record):
         one = self.report.on if isinstance(self.report, AbReport) else self.report
         ab = f".{self.report.option}-ab" if isinstance(self.report, AbReport) else ""
         profile = (one.profile or "url").partition("@")[0]
-        return f"{safe_name(one.checkpoint)}.{profile}.{one.workload}{ab}.json"
+        return f"{unique_file_stem(one.checkpoint, 'checkpoint')}.{profile}.{one.workload}{ab}.json"

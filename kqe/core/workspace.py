@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kqe.core.env import env_value
 from kqe.core.errors import UserError
-from kqe.core.io import refuse_link, register_write_roots
+from kqe.core.io import refuse_link, register_write_roots, sha256_of
 
 _NAME_PUNCTUATION = "._-"
 """The punctuation a folder name keeps; every other character that is no letter, digit or mark is `_`."""
@@ -34,6 +34,19 @@ def safe_name(name: str) -> str:
     if not any(char.isalnum() for char in cleaned):
         raise UserError(f"name {name!r} has no letter or digit to name a folder after: rename it")
     return cleaned
+
+
+def unique_file_stem(name: str, fallback: str) -> str:
+    """A file stem for `name` that no other name shares: the name itself when it is a plain file name
+    already (`awq-w4a16-ko70`, `한국어-awq`); otherwise its safe form (`fallback` where it has no letter
+    or digit) plus 8 hex digits of the name's hash, so that `a/b` and `a_b` get two files and `-` one."""
+    try:
+        stem = safe_name(name)
+    except UserError:  # no letter or digit in it: a leaderboard row may say anything
+        stem = fallback
+    if stem != name:  # decomposed Hangul too: its composed twin may be another name
+        stem = f"{stem}-{sha256_of(name)[:8]}"
+    return stem
 
 
 def _resolved(path: Path, what: str) -> Path:
