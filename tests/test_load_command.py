@@ -181,6 +181,52 @@ def test_an_unreachable_server_is_a_one_line_error(tiny_model_dir: Path, tmp_pat
     assert_one_line_error(result, f"cannot reach http://127.0.0.1:{port}")
 
 
+NOT_A_MODEL_LIST = [
+    (b"<html><body>It works!</body></html>", "text/html"),
+    (b"Bad Gateway", "text/plain"),
+    (b'{"object": "list"}', "application/json"),
+    (b'{"data": [{"name": "x"}]}', "application/json"),
+    (b'{"data": [{"id": "m", "max_model_len": "many"}]}', "application/json"),
+    (b"[1, 2]", "application/json"),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "kind"), NOT_A_MODEL_LIST, ids=[b.decode()[:24] for b, _ in NOT_A_MODEL_LIST]
+)
+def test_a_load_server_answering_no_model_list_is_one_line(
+    body: bytes,
+    kind: str,
+    tiny_model_dir: Path,
+    tmp_path: Path,
+) -> None:
+    """`kqe load --url` against a server whose /v1/models answered HTML or JSON of another shape raised
+    an internal JSONDecodeError/KeyError."""
+    import http.server
+    import threading
+
+    class NotVllm(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotVllm)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        write_sources(tmp_path / "home")
+        args = ("--model", str(tiny_model_dir), "--url", url, "--concurrency", "1")
+        result = run_load_command(*args, cwd=tmp_path, home=tmp_path / "home")
+        assert_one_line_error(result, "/v1/models answered no OpenAI model list", "is it vLLM")
+    finally:
+        server.shutdown()
+
+
 # --- a real server -----------------------------------------------------------------------------------
 
 

@@ -19,6 +19,7 @@ from evals.serving.endpoint import Endpoint
 from evals.serving.serve import VllmServer, check_serve_env, engine_version
 from kqe.core.capacity import GUIDE_CLAIMS, AbOption, AbReport, CapacityReport, Slo, Workload
 from kqe.core.errors import UserError
+from kqe.core.io import loads_json
 from kqe.core.records import MemoryReport, ServeProfile
 from kqe.core.workspace import Workspace
 
@@ -63,11 +64,23 @@ def served_model(endpoint: Endpoint) -> tuple[str, int]:
         raise UserError(f"{endpoint.base_url} refused the API key: pass the server's key with --api-key")
     if response.status_code != 200:
         raise UserError(f"{endpoint.base_url}/v1/models answered HTTP {response.status_code}: is it vLLM?")
-    models = {model["id"]: int(model.get("max_model_len") or 0) for model in response.json().get("data", [])}
+    models = _listed_models(response, endpoint.base_url)
     name = endpoint.served_name or (next(iter(models)) if len(models) == 1 else None)
     if name is None or name not in models:
         raise UserError(f"{endpoint.base_url} serves {sorted(models)}: pass one of them with --served-name")
     return name, models[name]
+
+
+def _listed_models(response: httpx.Response, base_url: str) -> dict[str, int]:
+    """Model id → max-model-len from an OpenAI `/v1/models` answer; UserError for anything else (an
+    HTML page, a proxy's error text, JSON of another shape)."""
+    try:
+        listed = loads_json(response.text)["data"]
+        return {str(model["id"]): int(model.get("max_model_len") or 0) for model in listed}
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
+        raise UserError(
+            f"{base_url}/v1/models answered no OpenAI model list ({response.text[:40]!r}): is it vLLM?"
+        ) from None
 
 
 def _measure(
