@@ -353,3 +353,29 @@ def test_a_broken_task_yaml_under_include_path_is_named_in_one_line(
         ],
     ):
         assert_one_line_error(invoke_kqe(monkeypatch, home_with_sources, tmp_path, args), "broken.yaml", said)
+
+
+def test_the_dry_run_makes_the_real_runs_cheap_checks(
+    tiny_model_dir: Path, tmp_path: Path, home_with_sources: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dry run that passed led to a run that failed at once: a calibration sample longer than the
+    model's context, a group size no layer takes, an empty KQE_KMMLU_DIR, results/<model> a file."""
+    recipes = tmp_path / "odd.toml"
+    recipes.write_text('[g7]\nscheme = "w4a16-rtn"\ngroup_size = 7\n', encoding="utf-8")
+    (tmp_path / "empty-kmmlu").mkdir()
+    dry = ["eval", "--model", str(tiny_model_dir), "--dry-run"]
+    cases = [
+        ([*dry, "--calib-seq-len", "1000000000"], {}, ("--calib-seq-len 1,000,000,000", "context")),
+        ([*dry, "--recipes", str(recipes), "--schemes", "g7"], {}, ("group_size 7 does not divide",)),
+        (dry, {"KQE_KMMLU_DIR": str(tmp_path / "empty-kmmlu")}, ("KMMLU files missing",)),
+    ]
+    for args, env, said in cases:
+        with monkeypatch.context() as scoped:
+            for key, value in env.items():
+                scoped.setenv(key, value)
+            assert_one_line_error(invoke_kqe(scoped, home_with_sources, tmp_path, args), *said)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / tiny_model_dir.name).write_text("not a folder", encoding="utf-8")
+    assert_one_line_error(
+        invoke_kqe(monkeypatch, home_with_sources, tmp_path, dry), "is a file", "move the file"
+    )

@@ -267,13 +267,6 @@ def kmmlu_hub_rows(where: str | Path, task: str, cache: Path) -> SourceRows:
         for subject, info in subjects.items()
         for split in ("test", "dev")
     }
-    if isinstance(where, Path):
-        missing = [name for name in files.values() if not (where / name).is_file()]
-        if missing:
-            raise UserError(
-                f"{where} lacks {missing[0]} ({len(missing)} KMMLU files missing): point {KMMLU_DIR_ENV} "
-                f"at a full copy of {KMMLU_HUB} (`huggingface-cli download {KMMLU_HUB} --repo-type dataset`)"
-            )
     options = {"converters": dict.fromkeys(_KMMLU_TEXT, str), "keep_default_na": False}
     splits = load_hub_files(where, files, cache, options)
     test, dev = [], []
@@ -297,14 +290,13 @@ def mmlu_hub_row(raw: Row) -> Row:
     }
 
 
+_MMLU_FILES = {"test": "all/test-*.parquet", "dev": "all/dev-*.parquet"}
+"""The MMLU splits of a copy of cais/mmlu, as file patterns."""
+
+
 def mmlu_hub_rows(where: str | Path, task: str, cache: Path) -> SourceRows:
     """MMLU test items and dev shots (all 57 subjects) from `hub@revision` or a local copy."""
-    files = {"test": "all/test-*.parquet", "dev": "all/dev-*.parquet"}
-    if isinstance(where, Path) and not all(list(where.glob(pattern)) for pattern in files.values()):
-        raise UserError(
-            f"{where} lacks all/test-*.parquet or all/dev-*.parquet: point {MMLU_DIR_ENV} at a copy "
-            f"of {MMLU_HUB}"
-        )
+    files = _MMLU_FILES
     splits = load_hub_files(where, files, cache, {})
     test = [mmlu_hub_row(raw) for raw in splits["test"]]
     dev = [mmlu_hub_row(raw) for raw in splits["dev"]]
@@ -334,7 +326,14 @@ def kmmlu_source(ws: Workspace, online: bool) -> Source:
     if local is not None:
         configs = [info.config for info in kmmlu_subjects().values()]
         files = [local / "data" / f"{config}-{split}.csv" for config in configs for split in ("test", "dev")]
-        identity = files_sha([path for path in files if path.is_file()])
+        missing = [path for path in files if not path.is_file()]
+        if missing:  # said when the source is named (the dry run too), not when its items are read
+            raise UserError(
+                f"{local} lacks {missing[0].relative_to(local)} ({len(missing)} KMMLU files missing): point "
+                f"{KMMLU_DIR_ENV} at a full copy of {KMMLU_HUB} (`huggingface-cli download {KMMLU_HUB} "
+                "--repo-type dataset`)"
+            )
+        identity = files_sha(files)
         where = f"local copy of {KMMLU_HUB} at {local}"
         load = functools.partial(kmmlu_hub_rows, local, cache=cache)
         return Source("KMMLU test", where, identity, "dev", True, None, None, load)
@@ -364,6 +363,11 @@ def mmlu_source(ws: Workspace, online: bool) -> Source:
     cache = ws.cache / "hf-datasets"
     local = _local_dir(MMLU_DIR_ENV)
     if local is not None:
+        if not all(list(local.glob(pattern)) for pattern in _MMLU_FILES.values()):
+            raise UserError(
+                f"{local} lacks all/test-*.parquet or all/dev-*.parquet: point {MMLU_DIR_ENV} at a copy "
+                f"of {MMLU_HUB}"
+            )
         identity = files_sha(sorted(local.glob("all/*.parquet")))
         where = f"local copy of {MMLU_HUB} at {local}"
         load = functools.partial(mmlu_hub_rows, local, cache=cache)

@@ -24,7 +24,7 @@ from evals.tasks.registry import TASK_SPECS, is_lm_eval_task
 from kqe.core import defaults
 from kqe.core.errors import UserError
 from kqe.core.eval_config import EvalConfig
-from kqe.core.modelstore import LocalModel, local_model
+from kqe.core.modelstore import LocalModel, installed_dir, local_model
 from kqe.core.records import CalibrationSet, ModelSpec, ServeProfile
 from kqe.core.registry import check_remote_code, resolve_model
 from kqe.core.schemes import BASE_SCHEME, scheme_info
@@ -132,6 +132,7 @@ def plan_run(cfg: EvalConfig, ws: Workspace, spec: ModelSpec) -> RunPlan:
     prompts.check_limit(cfg.limit)
     check_circular(cfg, ws)
     ws.check_writable(spec.name)  # a link in results/, calibration_data/ or the checkpoints: said now
+    _check_model_inputs(cfg, ws, spec, recipes)
     lm_eval_tasks(cfg)  # an unknown lm-eval task, or one not scorable, is said before any build
     if cfg.rag_data and rag_task.TASK in cfg.tasks:  # a user's ko_rag folder reads, before any build
         rag_task.load_source(ws, Path(cfg.rag_data))
@@ -143,6 +144,33 @@ def plan_run(cfg: EvalConfig, ws: Workspace, spec: ModelSpec) -> RunPlan:
     kv_dtypes = {entry.name: entry.kv_cache_dtype for entry in entries}
     placement = _placement(cfg, local, spec, profile, formats, kv_dtypes)
     return RunPlan(spec, profile, entries, recipes, extras, placement, hardware.native_dtype_on(local))
+
+
+def _check_model_inputs(
+    cfg: EvalConfig, ws: Workspace, spec: ModelSpec, recipes: dict[str, schemes.Recipe]
+) -> None:
+    """What the run checks against the model before its first expensive step, said by the dry run too:
+    where its results go, the calibration sample length, and, for a model already on this machine (a
+    folder, the installed embedded model; a hub model's are checked once downloaded), remote code and
+    each recipe against its layers."""
+    results = ws.results(spec.name)
+    if results.exists() and not results.is_dir():
+        raise UserError(
+            f"{results} is a file: kqe files {spec.name}'s results in a folder there; move the file"
+        )
+    if cfg.calib_seq_len > spec.max_context and any(
+        scheme_info(r.scheme).needs_calibration for r in recipes.values()
+    ):
+        raise UserError(
+            f"--calib-seq-len {cfg.calib_seq_len:,} is longer than {spec.name}'s context "
+            f"({spec.max_context:,} tokens): give at most {spec.max_context:,}, e.g. {defaults.CALIB_SEQ_LEN}"
+        )
+    folder = Path(spec.local_path) if spec.local_path else installed_dir(spec, ws) if spec.offline else None
+    if folder is None or not (folder / "config.json").is_file():
+        return  # not here yet: `prepare_matrix` checks it once installed or downloaded
+    check_remote_code(folder, cfg.trust_remote_code)
+    for name, recipe in recipes.items():
+        build.check_recipe(folder, recipe, f"{name} of {spec.name}")
 
 
 def _kv_entries(
@@ -231,7 +259,7 @@ def prepare_matrix(cfg: EvalConfig, ws: Workspace, progress: Progress) -> RunMat
     item_sets.check_hub(downloads, cfg.items)  # before calibrating, building or serving anything
     entries = plan.entries
     for name, recipe in plan.recipes.items():  # a group size the layers cannot take fails before calibrating
-        build.check_group_size(base.folder, recipe, f"{name} of {spec.name}")
+        build.check_recipe(base.folder, recipe, f"{name} of {spec.name}")
     used = {entry.mix for entry in entries}
     labelled = {mix_label(mix): mix for mix in cfg.calibrations}
     parsed = {label: calibration.parse_mix(mix) for label, mix in labelled.items() if label in used}
