@@ -131,23 +131,18 @@ AUTOAWQ_UNSUPPORTED = {
 
 def check_recipe(base_dir: Path, recipe: Recipe, what: str) -> None:
     """What can be checked before quantizing: autoawq is installed when the recipe needs it, and the
-    group size suits the layers (`check_group_size`) and every layer it leaves in 16 bits exists."""
+    group size suits the layers and every layer it leaves in 16 bits exists."""
     if scheme_info(recipe.scheme).builder == "autoawq":
         if importlib.util.find_spec("awq") is None:
             raise UserError(f"{what}: needs the optional autoawq package: {AUTOAWQ_INSTALL} (into .venv)")
         model_type = loads_json((base_dir / "config.json").read_text(encoding="utf-8")).get("model_type")
         if model_type in AUTOAWQ_UNSUPPORTED:
             raise UserError(f"{what}: {AUTOAWQ_UNSUPPORTED[model_type]}; use awq-w4a16 (llmcompressor)")
-    check_group_size(base_dir, recipe, what)
-    layout.check_ignore(base_dir, recipe.unquantized_modules(), what)
-
-
-def check_group_size(base_dir: Path, recipe: Recipe, what: str) -> None:
-    """UserError unless every grouped layer's input width is a multiple of the recipe's group size
-    (safetensors headers only: cheap, before any calibration)."""
+    tensors = layout.read_tensors(base_dir)  # safetensors headers only: cheap, before any calibration
     group_size = recipe.layer_group_size()
     if group_size is not None:
-        layout.check_group_size(base_dir, group_size, recipe.unquantized_modules(), what)
+        layout.check_group_size(tensors, group_size, recipe.unquantized_modules(), what)
+    layout.check_ignore(tensors, base_dir.name, recipe.unquantized_modules(), what)
 
 
 def weight_bytes(directory: Path) -> int:

@@ -145,9 +145,10 @@ def linear_widths(base: dict[str, Tensor], ignore: Iterable[str] = ()) -> dict[s
     return widths
 
 
-def check_group_size(base_dir: Path, group_size: int, ignore: Iterable[str], what: str) -> None:
-    """UserError naming the first layer whose input width `group_size` does not divide."""
-    widths = linear_widths(read_tensors(base_dir), ignore)
+def check_group_size(tensors: dict[str, Tensor], group_size: int, ignore: Iterable[str], what: str) -> None:
+    """UserError naming the first layer of the model of `tensors` whose input width `group_size` does
+    not divide."""
+    widths = linear_widths(tensors, ignore)
     bad = {module: width for module, width in widths.items() if width % group_size}
     if bad:
         module, width = next(iter(bad.items()))
@@ -160,17 +161,17 @@ def check_group_size(base_dir: Path, group_size: int, ignore: Iterable[str], wha
         )
 
 
-def check_ignore(base_dir: Path, ignore: Iterable[str], what: str) -> None:
-    """UserError naming the first `ignore` entry that matches none of the model's modules (a typo
-    would otherwise quantize the layer it meant to keep). Module class names (`Embedding`) are not
-    checked: the weights do not name classes."""
-    modules = {name.rpartition(".")[0] for name in read_tensors(base_dir)} | {"lm_head"}  # tied heads too
+def check_ignore(tensors: dict[str, Tensor], model: str, ignore: Iterable[str], what: str) -> None:
+    """UserError naming the first `ignore` entry that matches none of the modules of `model` (whose
+    `tensors` these are): a typo would otherwise quantize the layer it meant to keep. Module class
+    names (`Embedding`) are not checked: the weights do not name classes."""
+    modules = {name.rpartition(".")[0] for name in tensors} | {"lm_head"}  # tied heads too
     for pattern in ignore:
         if _CLASS_NAME.fullmatch(pattern) or any(_is_ignored(module, (pattern,)) for module in modules):
             continue
         example = next(iter(sorted(m for m in modules if m.endswith("proj"))), "lm_head")
         raise UserError(
-            f"{what}: ignore entry {pattern!r} matches no module of {base_dir.name}: give a module name "
+            f"{what}: ignore entry {pattern!r} matches no module of {model}: give a module name "
             f"(e.g. {example!r}), a suffix of one, or an re: pattern"
         )
 

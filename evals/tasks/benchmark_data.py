@@ -296,8 +296,7 @@ _MMLU_FILES = {"test": "all/test-*.parquet", "dev": "all/dev-*.parquet"}
 
 def mmlu_hub_rows(where: str | Path, task: str, cache: Path) -> SourceRows:
     """MMLU test items and dev shots (all 57 subjects) from `hub@revision` or a local copy."""
-    files = _MMLU_FILES
-    splits = load_hub_files(where, files, cache, {})
+    splits = load_hub_files(where, _MMLU_FILES, cache, {})
     test = [mmlu_hub_row(raw) for raw in splits["test"]]
     dev = [mmlu_hub_row(raw) for raw in splits["dev"]]
     return SourceRows(test=with_item_ids(task, test), shots=with_item_ids(f"{task}-dev", dev))
