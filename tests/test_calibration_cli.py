@@ -42,7 +42,7 @@ def test_same_options_give_the_same_bytes_and_the_asked_share(
     assert second.exit_code == 0, second.output
     record = json.loads(first.stdout)
     assert abs(record["measured_shares"]["ko"] - 0.7) <= 0.05
-    assert record["contamination_items"] == 40 and record["name"] == "ko70en30"
+    assert record["contamination_items"] == 40 and record["name"] == "ko70"
     (a,) = (tmp_path / "a").glob("*.jsonl")
     (b,) = (tmp_path / "b").glob("*.jsonl")
     assert a.name == b.name and a.read_bytes() == b.read_bytes()
