@@ -140,6 +140,10 @@ CALIBRATE: list[Case] = [
     (("calibrate", "--model", "{tiny}", "--mix", "ko=2"), ("ko=2", "1")),
     (("calibrate", "--model", "{tiny}", "--tasks", "kmmlu,ko_rag"), ("--tasks ko_rag", "kmmlu")),
     (("calibrate", "--model", "{tiny}", "--out", "{d}/good.csv"), ("good.csv",)),
+    (("calibrate", "--model", "{tiny}", "--out", "{d}/good.csv/sets"),  # said before the items are read
+     ("--out", "good.csv/sets: cannot write there (Not a directory)")),
+    (("calibrate", "--model", "{tiny}", "--out", "/proc/kqe-sets"),
+     ("--out /proc/kqe-sets: cannot write there",)),
     (("calibrate", "--model", "{tiny}", "--samples", "0"), ("samples",)),
     (("calibrate", "--model", "{tiny}", "--sources", "nope"), ("nope",)),
     (("calibrate", "--model", "{tiny}", "--tasks", "hellaswag"), ("hellaswag",)),

@@ -139,7 +139,7 @@ def build(cfg: CalibrateConfig) -> CalibrationSet:
     """Check the cheap inputs first, then read the evaluation items, then build (or reuse) the set."""
     from evals.tasks.item_sets import check_hub
     from evals.tasks.prompts import load_prompts, prepare_tasks, to_download
-    from kqe.core.io import refuse_link
+    from kqe.core.io import check_writable_folder, refuse_link
     from kqe.core.modelstore import local_model
     from kqe.core.registry import resolve_model
     from kqe.core.workspace import Workspace
@@ -151,6 +151,8 @@ def build(cfg: CalibrateConfig) -> CalibrationSet:
     ws = Workspace.from_env()
     if cfg.out is not None and cfg.out.exists() and not cfg.out.is_dir():
         raise UserError(f"--out {cfg.out} is a file: give a folder for the calibration set")
+    if cfg.out is not None:  # said now, not after the evaluation items are read and the set is built
+        check_writable_folder(cfg.out, "--out")
     mix = parse_mix(cfg.mix)
     label = mix_label(cfg.mix)
     sources = named_sources(list(cfg.sources)) if cfg.sources else None

@@ -265,6 +265,18 @@ def owned_folder(path: Path) -> Path:
     return path
 
 
+def check_writable_folder(path: Path, what: str) -> None:
+    """Refuse, before any work, a folder given for output (`what`: the option, e.g. `--out`) that cannot
+    be made or written into: a file on its way, a read-only file system, no rights. It is made, and a
+    file is created in it and removed, so a later write fails only if the disk fills."""
+    try:
+        refuse_link(path).mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise UserError(f"{what} {path}: cannot write there ({reason}); give a writable folder") from None
+
+
 def open_writable(path: Path, *, append: bool = False) -> IO[str]:
     """Open a file kqe appends to (a log, a lock, per-item lines), never following a link planted at
     its name."""
