@@ -7,7 +7,9 @@ stock lm-eval (issue #47, items 6 and 7).
   lm-eval's `simple_evaluate` does;
 - `lm_eval --model local-completions` against the same server, at each `num_concurrent` of
   `LOCAL_CONCURRENCY` (the best of them is the comparison);
-- `lm_eval --model hf`: lm-eval's HF backend, bf16, batch 8, in a fresh process (bench/lm_eval_runner.py).
+- `lm_eval --model hf`: lm-eval's HF backend, bf16, in a fresh process (bench/lm_eval_runner.py), at each
+  batch size of `HF_BATCH_SIZES`: 1 is what `lm_eval --model hf` does unless told, 8 what a user who
+  tunes it gets on 2 cores.
 
 lm-eval's task index is built once per process for everyone, outside the timed passes, as kqe's is.
 The task is the shipped `kqe_kmmlu_hard_gen` (greedy, at most 32 tokens, lm-eval's answer filter), its
@@ -155,16 +157,24 @@ def served(ws: Workspace, model_dir: Path, profile: ServeProfile, items: int, ru
     return [ours, *theirs]
 
 
-def hf_pass(model_dir: Path, items: int, runs: int, profile: ServeProfile) -> Generated:
-    """lm-eval's HF backend on the same documents, in the core venv."""
+HF_BATCH_SIZES = (1, 8)
+"""lm-eval hf's batch sizes timed: its default, and the batch a user would set on 2 cores."""
+
+
+def hf_pass(model_dir: Path, items: int, runs: int, profile: ServeProfile, batch_size: int) -> Generated:
+    """lm-eval's HF backend on the same documents at `batch_size`, in the core venv."""
     job = {"include_path": str(TASK_DIR), "tasks": [TASK], "limit": items, "generate": True}
+    job["batch_size"] = batch_size
     report = lm_eval_backend(Path(sys.executable), "hf", model_dir, TASK_DIR, runs, profile, overrides=job)
     answers = {int(doc): str(answer) for doc, answer in report["answers"][TASK].items()}
-    return Generated("lm_eval --model hf", report["runs_s"], answers, report["load_avg"])
+    return Generated(
+        f"lm_eval --model hf, batch_size={batch_size}", report["runs_s"], answers, report["load_avg"]
+    )
 
 
-def measure(ws: Workspace, model_dir: Path, items: int, runs: int) -> list[Generated]:
-    """kqe, lm-eval local-completions at each concurrency, and lm-eval hf, on one item set."""
+def measure(ws: Workspace, model_dir: Path, items: int, runs: int) -> tuple[list[Generated], list[Generated]]:
+    """kqe then lm-eval local-completions at each concurrency, and lm-eval hf at each batch size, on
+    one item set."""
     profile = local_profile(PROFILE, ws)
-    found = served(ws, model_dir, profile, items, runs)
-    return [*found, hf_pass(model_dir, items, runs, profile)]
+    served_passes = served(ws, model_dir, profile, items, runs)
+    return served_passes, [hf_pass(model_dir, items, runs, profile, size) for size in HF_BATCH_SIZES]

@@ -6,10 +6,10 @@ Run by bench/scoring_bench.py as a fresh process in the environment that has the
 nothing from kqe, so that the serve venv (vLLM's pins) can run it. JOB holds: backend, model, data
 (prepared task folder), tasks (lm-eval task names), limit (first items of each, or null), runs, engine (vLLM
 engine arguments) and, for vllm, encoded (the suite's requests as token ids: the same one-token
-read done in-process with vllm.LLM, no HTTP); optionally include_path (another task folder) and
-generate (a `generate_until` task). The model is loaded once; each run is timed alone. OUT gets load_s,
-runs_s, engine_runs_s and, of the last run, item_ids and preds (argmax per item) or, for generate,
-answers (the filtered answer per task and doc id).
+read done in-process with vllm.LLM, no HTTP); optionally include_path (another task folder),
+generate (a `generate_until` task) and batch_size (hf's, 8 unless given). The model is loaded once;
+each run is timed alone. OUT gets load_s, runs_s, engine_runs_s and, of the last run, item_ids and
+preds (argmax per item) or, for generate, answers (the filtered answer per task and doc id).
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ def _load(job: dict[str, Any]) -> Any:
     if job["backend"] == "hf":
         from lm_eval.models.huggingface import HFLM
 
-        return HFLM(pretrained=job["model"], dtype="bfloat16", device="cpu", batch_size=8)
+        return HFLM(
+            pretrained=job["model"], dtype="bfloat16", device="cpu", batch_size=job.get("batch_size", 8)
+        )
     from lm_eval.models.vllm_causallms import VLLM
 
     # Gemma needs its BOS; lm-eval's vllm backend does not add it unless told (DESIGN.md)

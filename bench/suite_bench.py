@@ -113,12 +113,16 @@ def generation_rows(ws: Workspace, settings: Settings) -> list[Row]:
     """kqe's generation against lm-eval local-completions at its best num_concurrent (target >= 1x) and
     lm-eval hf (target >= 3x), items/s on the same documents, with each one's answer agreement."""
     items = settings.generation_items
-    ours, *local, hf = generation_bench.measure(ws, ws.models() / MODEL, items, settings.runs)
-    rate = {t.name: [items / s for s in t.runs_s] for t in (ours, *local, hf)}
+    (ours, *local), (hf_default, *hf_tuned) = generation_bench.measure(
+        ws, ws.models() / MODEL, items, settings.runs
+    )
+    rate = {t.name: [items / s for s in t.runs_s] for t in (ours, *local, hf_default, *hf_tuned)}
     best = max(local, key=lambda t: statistics.median(rate[t.name]))
     tried = ", ".join(f"{t.name.rsplit('=', 1)[1]}: {statistics.median(rate[t.name]):.2g}" for t in local)
     rows = []
-    for other, target, floor in ((best, ">= 1x", 1.0), (hf, ">= 3x", 3.0)):
+    # the >= 3x target is held against hf at the batch a user would tune it to, not only its default
+    targets = [(best, ">= 1x", 1.0), (hf_default, "(hf's default batch size; no target)", None)]
+    for other, target, floor in [*targets, *((hf, ">= 3x", 3.0) for hf in hf_tuned)]:
         ratio = statistics.median(rate[ours.name]) / statistics.median(rate[other.name])
         same, compared = ours.agreement(other)
         note = (
@@ -137,7 +141,7 @@ def generation_rows(ws: Workspace, settings: Settings) -> list[Row]:
                 rate[other.name],
                 target,
                 ratio,
-                ratio >= floor,
+                None if floor is None else ratio >= floor,
                 note,
             )
         )
