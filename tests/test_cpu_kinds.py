@@ -228,33 +228,45 @@ def test_kqe_env_reports_this_cpu_and_the_emulated_avx2_one_as_the_engine_sees_t
     assert not {"avx512f", "avx512_bf16", "amx_bf16"} & set(avx2["features"]) and avx2["emulated"] == "avx2"
     assert avx2["linear_ms"]["bfloat16"] > 2 * avx2["linear_ms"]["float32"]  # torch's bf16 fallback
     assert avx2["expected_items_per_s"] > 0
+    # the probe asks torch for AMX tiles: the estimate's scheme costs differ with them
+    assert own["speed_kind"] == (
+        "AMX" if "amx_bf16" in own["features"] else own["kernels"].split("(")[1][:-1]
+    )
+    assert avx2["speed_kind"] == "AVX2"
     assert own["fp8_slowdown"] is None or own["fp8_slowdown"] > 0  # measured where torch has _scaled_mm
 
 
 def test_the_expected_rate_scales_the_reference_of_the_profiles_dtype_by_the_probe() -> None:
-    from kqe.pipeline.preview import REFERENCE_PROBE, SLOW_ITEMS_PER_S, expected_items_per_s
+    from kqe.pipeline.rates import (
+        REFERENCE_PROBE,
+        SERVING_SPEED_EXPONENT,
+        SLOW_ITEMS_PER_S,
+        expected_items_per_s,
+    )
 
     (bf16_ms, bf16_rate), (fp32_ms, fp32_rate) = REFERENCE_PROBE["bfloat16"], REFERENCE_PROBE["float32"]
     reference = cpu.CpuKernels("_C", True, bf16_ms=bf16_ms, fp32_ms=fp32_ms)
     assert expected_items_per_s(reference, "bfloat16") == pytest.approx(bf16_rate)
     half_as_fast = cpu.CpuKernels("_C_AVX2", False, bf16_ms=40.0, fp32_ms=2 * fp32_ms)
-    assert expected_items_per_s(half_as_fast, "float32") == pytest.approx(fp32_rate / 2)
+    assert expected_items_per_s(half_as_fast, "float32") == pytest.approx(
+        fp32_rate / 2**SERVING_SPEED_EXPONENT
+    )
     assert expected_items_per_s(half_as_fast, "float32") < SLOW_ITEMS_PER_S  # said up front
     assert expected_items_per_s(cpu.CpuKernels("_C", True), "bfloat16") is None  # not probed
     assert expected_items_per_s(reference, "float16") is None  # no reference for it
 
 
 def test_reference_build_times_scale_with_the_model_the_probe_and_the_calibration_tokens() -> None:
-    from kqe.pipeline import preview
+    from kqe.pipeline import rates
 
-    reference_build_s = preview.reference_build_s
+    reference_build_s = rates.reference_build_s
     twice_as_slow = cpu.CpuKernels(
-        "_C_AVX2", False, bf16_ms=40.0, fp32_ms=2 * preview.REFERENCE_PROBE["float32"][0]
+        "_C_AVX2", False, bf16_ms=40.0, fp32_ms=2 * rates.REFERENCE_PROBE["float32"][0]
     )
     timed = {scheme: info.reference_build_s for scheme, info in SCHEMES.items() if info.reference_build_s}
-    float32, tokens = {s: t["float32"] for s, t in timed.items()}, preview.REFERENCE_CALIB_TOKENS
+    float32, tokens = {s: t["float32"] for s, t in timed.items()}, rates.REFERENCE_CALIB_TOKENS
     assert reference_build_s(twice_as_slow, "float32", 1.0, tokens) == pytest.approx(
-        {scheme: 2 * seconds for scheme, seconds in float32.items()}
+        {scheme: 2**rates.BUILD_SPEED_EXPONENT * seconds for scheme, seconds in float32.items()}
     )
     # no probe (a GPU): the reference, scaled by size alone
     bfloat16 = {s: t["bfloat16"] for s, t in timed.items()}

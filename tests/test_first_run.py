@@ -14,8 +14,19 @@ from pathlib import Path
 
 import pytest
 
+from kqe.core.io import write_record
+from kqe.core.results import Perplexity, ScoreRun
+from kqe.core.schemes import SCHEMES
 from kqe.core.workspace import Workspace
-from kqe.pipeline.preview import REFERENCE_ITEM_TOKENS, Rates, dominant_stage, task_items_per_s
+from kqe.pipeline.matrix import MatrixEntry
+from kqe.pipeline.preview import dominant_stage
+from kqe.pipeline.rates import (
+    REFERENCE_ITEM_TOKENS,
+    Rates,
+    recorded_perplexity,
+    recorded_scores,
+    task_items_per_s,
+)
 from tests.helpers.repo import REPO
 from tests.helpers.serve_env import needs_serve_env
 from tests.helpers.sources import write_sources
@@ -159,3 +170,67 @@ def test_generation_tasks_are_estimated_by_the_tokens_they_may_generate() -> Non
     assert task_items_per_s(rates, "lm-eval:kqe_kmmlu_hard_gen", None, 32) == pytest.approx(40.0 / 32)
     assert task_items_per_s(rates, "lm-eval:one_token", None, 0.5) == 40.0  # never faster than a choice
     assert task_items_per_s(rates, "lm-eval:recorded", None, 32) == 2.0
+
+
+def _rates(**fields: object) -> Rates:
+    values: dict = {"items_per_s": 12.0, "task_items_per_s": {}, "server_start_s": 30.0}
+    return Rates(**{**values, "perplexity_s": 60.0, "build_s": {}, "source": "test", **fields})
+
+
+FP8 = MatrixEntry("fp8-dynamic", "fp8-dynamic", None)
+AWQ = MatrixEntry("awq-w4a16-ko70", "awq-w4a16", "ko70")
+
+
+def test_each_scheme_is_estimated_at_its_own_cost_on_vllm_cpu() -> None:
+    """The Xeon's first run took 47 min where 22 were said: FP8 scored 3.6 times slower than the base
+    there, W4A16 faster. On a CPU each checkpoint without a record of its own is the base's rate over
+    its scheme's time; elsewhere (a GPU, never timed) the base's; its own record wins."""
+    fp8_time, awq_time = (
+        SCHEMES["fp8-dynamic"].cpu_item_time["AMX"],
+        SCHEMES["awq-w4a16"].cpu_item_time["AMX"],
+    )
+    assert fp8_time > 1.0 > awq_time  # AMX's bfloat16 products are fast; W4A16 reads a quarter of the bytes
+    on_cpu = _rates(cpu_kind="AMX")
+    assert task_items_per_s(on_cpu, "kmmlu", None, entry=FP8) == pytest.approx(12.0 / fp8_time)
+    assert task_items_per_s(on_cpu, "kmmlu", None, entry=AWQ) == pytest.approx(12.0 / awq_time)
+    long_prompts = 10 * REFERENCE_ITEM_TOKENS  # both scalings at once
+    assert task_items_per_s(on_cpu, "ko_rag", long_prompts, entry=FP8) == pytest.approx(1.2 / fp8_time)
+    assert task_items_per_s(_rates(), "kmmlu", None, entry=FP8) == 12.0
+    zen4 = _rates(cpu_kind="AVX-512 BF16")  # no AMX: bfloat16 holds its own against the W4A16 GEMM
+    assert task_items_per_s(zen4, "kmmlu", None, entry=AWQ) < 12.0
+    assert task_items_per_s(_rates(cpu_kind="AVX2"), "kmmlu", None, entry=AWQ) == 12.0  # never timed
+    own = _rates(cpu_kind="AMX", checkpoint_items_per_s={"fp8-dynamic": {"kmmlu": 2.0}})
+    assert task_items_per_s(own, "kmmlu", None, entry=FP8) == 2.0
+    assert task_items_per_s(own, "mmlu", None, entry=FP8) == pytest.approx(12.0 / fp8_time)
+
+
+def _score_run(checkpoint: str, rate: float, profile_key: str = "cpu-small") -> ScoreRun:
+    return ScoreRun(
+        checkpoint=checkpoint,
+        task="kmmlu",
+        n_items=150,
+        accuracy=0.25,
+        items_per_s=rate,
+        items_path="x.jsonl",
+        profile_key=profile_key,
+    )
+
+
+def test_records_of_every_scheme_say_the_base_rate_through_their_scheme_time(tmp_path: Path) -> None:
+    stages = tmp_path / "stages"
+    fp8 = SCHEMES["fp8-dynamic"]
+    fp8_time, fp8_ppl_time = fp8.cpu_item_time["AMX"], fp8.cpu_perplexity_time["AMX"]
+    runs = {"a": _score_run("bf16", 10.0), "b": _score_run("fp8-dynamic", 3.0), "c": _score_run("other", 1.0)}
+    runs["d"] = _score_run("bf16", 99.0, profile_key="cpu-large")  # another profile: another rate
+    for name, run in runs.items():
+        write_record(stages / f"{name}.score.json", run)
+    schemes = {"bf16": "bf16", "fp8-dynamic": "fp8-dynamic"}
+    per_checkpoint, base, _ = recorded_scores(tmp_path, "cpu-small", schemes, "AMX")
+    assert per_checkpoint == {"bf16": {"kmmlu": 10.0}, "fp8-dynamic": {"kmmlu": 3.0}, "other": {"kmmlu": 1.0}}
+    assert base["kmmlu"] == pytest.approx([10.0, 3.0 * fp8_time])  # "other": no scheme known
+    _, on_gpu, _ = recorded_scores(tmp_path, "cpu-small", schemes, None)
+    assert on_gpu["kmmlu"] == [10.0, 3.0]
+    ppl = {"tokens": {}, "nll": {}, "perplexity": {}, "text_sha256": {}, "window_tokens": 512}
+    write_record(stages / "f.perplexity.json", Perplexity(checkpoint="fp8-dynamic", wall_s=300.0, **ppl))
+    by_checkpoint, base_s = recorded_perplexity(tmp_path, schemes, "AMX")
+    assert by_checkpoint == {"fp8-dynamic": 300.0} and base_s == pytest.approx([300.0 / fp8_ppl_time])

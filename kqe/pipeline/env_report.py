@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from evals.serving import cpu, hardware, serve
 from kqe.core import defaults
 from kqe.core.workspace import Workspace
-from kqe.pipeline import preview
+from kqe.pipeline import rates
 
 
 @dataclass(frozen=True)
@@ -52,10 +52,13 @@ class MachineReport:
     fp8_torch_slowdown: float | None = None
     """The same through torch's own FP8 code, which serves FP8 where oneDNN's is above
     `cpu.FP8_TOO_SLOW`."""
+    speed_kind: str | None = None
+    """The CPU kind the estimate's per-scheme costs are read for (`AMX`, `AVX-512 BF16`, …); None on a
+    GPU or without a probe."""
 
     @property
     def slow(self) -> bool:
-        return self.expected_items_per_s is not None and self.expected_items_per_s < preview.SLOW_ITEMS_PER_S
+        return self.expected_items_per_s is not None and self.expected_items_per_s < rates.SLOW_ITEMS_PER_S
 
     def line(self) -> str:
         """One line: what `make setup` prints and `make eval` repeats when the machine is slow."""
@@ -105,7 +108,7 @@ def machine_report(ws: Workspace) -> MachineReport:
     profile = hardware.for_device(serve.load_profile(defaults.CPU_PROFILE), device)
     kernels = device.cpu_kernels
     timed = {d: ms for d in ("bfloat16", "float32") if kernels and (ms := kernels.linear_ms(d)) is not None}
-    expected = preview.expected_items_per_s(kernels, profile.dtype) if kernels else None
+    expected = rates.expected_items_per_s(kernels, profile.dtype) if kernels else None
     return MachineReport(
         cpu=facts.model,
         features=facts.features,
@@ -123,4 +126,5 @@ def machine_report(ws: Workspace) -> MachineReport:
         expected_items_per_s=round(expected, 1) if expected else None,
         fp8_slowdown=kernels.fp8_slowdown if kernels else None,
         fp8_torch_slowdown=kernels.fp8_torch_slowdown if kernels else None,
+        speed_kind=kernels.speed_kind if kernels else None,
     )

@@ -47,7 +47,8 @@ from kqe.core.workspace import Workspace
 from kqe.pipeline.config import Progress, RunMatrix, prepare_matrix
 from kqe.pipeline.executors import Executor, LocalExecutor
 from kqe.pipeline.matrix import kv_references
-from kqe.pipeline.preview import SLOW_ITEMS_PER_S, preview, recorded_rates
+from kqe.pipeline.preview import preview
+from kqe.pipeline.rates import SLOW_ITEMS_PER_S, recorded_rates
 from kqe.pipeline.stage_files import servability, stage_files
 
 log = logging.getLogger(__name__)
