@@ -168,14 +168,17 @@ def test_generation_rows_compare_with_the_best_concurrency_and_count_agreement(
         Generated(f"lm_eval --model local-completions, num_concurrent={c}", [seconds], dict(answers))
         for c, seconds in ((1, 8.0), (4, 1.0), (8, 3.0))
     ]
-    hf = Generated("lm_eval --model hf", [5.0], answers | {3: "B"})
-    monkeypatch.setattr(generation_bench, "measure", lambda *args: [ours, *local, hf])
+    hf_default = Generated("lm_eval --model hf, batch_size=1", [20.0], dict(answers))
+    hf = Generated("lm_eval --model hf, batch_size=8", [5.0], answers | {3: "B"})
+    monkeypatch.setattr(generation_bench, "measure", lambda *args: ([ours, *local], [hf_default, hf]))
     settings = suite_bench.QUICK
     ws = Workspace(root=tmp_path, cache=tmp_path, serve_venv=tmp_path)
     rows = suite_bench.generation_rows(ws, settings)
-    best, versus_hf = rows
+    best, versus_default, versus_hf = rows
     assert best.versus.endswith("num_concurrent=4")  # the fastest of the API model's settings
     assert best.ratio == pytest.approx(1.0 / 2.0) and best.met is False
+    assert versus_default.ratio == pytest.approx(10.0) and versus_default.met is None  # no target there
+    assert versus_hf.versus.endswith("batch_size=8") and versus_hf.target == ">= 3x"
     assert versus_hf.ratio == pytest.approx(5.0 / 2.0) and versus_hf.met is False
     assert "same filtered answer on 4/4" in best.note and "on 3/4" in versus_hf.note
     assert best.ours == [settings.generation_items / s for s in ours.runs_s]
