@@ -13,6 +13,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from kqe.core import hub
 from kqe.core.errors import UserError
 from kqe.core.io import read_json_object
 from kqe.core.modelstore import LocalModel
@@ -67,15 +68,34 @@ def check_extra(ws: Workspace, reference: str, trust_remote_code: bool) -> None:
     revision (what is scored must be what was asked for); a local one is a model folder whose
     config.json reads, and ships no code of its own unless trusted, as for the base."""
     if reference.startswith(HF_PREFIX):
-        if not reference.partition("@")[2]:
+        repo, _, revision = reference.removeprefix(HF_PREFIX).partition("@")
+        if not revision:
             raise UserError(
                 f"extra checkpoint {reference}: pin its revision, {reference}@<commit or tag>, so the "
                 "checkpoint scored is the one asked for"
             )
+        if not hub.hub_offline() and not _in_hub_cache(repo, revision):
+            reason = hub.unreachable("models", repo, revision)
+            if reason is not None:  # said now, not when its turn to be served comes
+                raise UserError(
+                    f"extra checkpoint {reference} must come from the hub but {hub.hub_endpoint()} does not "
+                    f"answer ({reason}): download it where the hub answers and give its folder instead"
+                )
         return
     folder = _local_extra(ws, reference)
     read_json_object(folder / "config.json", f"extra checkpoint {reference}: config.json")
     check_remote_code(folder, trust_remote_code)
+
+
+def _in_hub_cache(repo: str, revision: str) -> bool:
+    """Whether huggingface_hub's cache already holds `repo` at `revision` (then nothing is downloaded)."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        snapshot_download(repo, revision=revision, local_files_only=True)
+    except Exception:  # not cached, or cached in part: a download is needed
+        return False
+    return True
 
 
 def resolve_extra(ws: Workspace, reference: str) -> Path:

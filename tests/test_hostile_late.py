@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import struct
 import subprocess
 import sys
@@ -379,3 +380,20 @@ def test_the_dry_run_makes_the_real_runs_cheap_checks(
     assert_one_line_error(
         invoke_kqe(monkeypatch, home_with_sources, tmp_path, dry), "is a file", "move the file"
     )
+
+
+def test_an_extra_from_a_hub_that_does_not_answer_is_refused_by_the_dry_run(
+    tiny_model_dir: Path, tmp_path: Path, home_with_sources: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It was found when its turn to be served came, after the base was built and scored."""
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused at once
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed.getsockname()[1]}")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    extra = "hf:no-org/no-such-checkpoint@0123abc"
+    command = ["eval", "--model", str(tiny_model_dir), "--extra", extra, "--dry-run"]
+    try:
+        result = invoke_kqe(monkeypatch, home_with_sources, tmp_path, command)
+    finally:
+        closed.close()
+    assert_one_line_error(result, f"extra checkpoint {extra} must come from the hub", "does not answer")

@@ -13,22 +13,17 @@ one-line error that says how to run offline.
 
 from __future__ import annotations
 
-import os
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 
 from evals.tasks import prompts
 from evals.tasks.benchmark_data import KMMLU_DIR_ENV, MMLU_DIR_ENV, OFFLINE_ENV, ONLINE_ENV, Source
 from evals.tasks.registry import TASK_SPECS
+from kqe.core import hub
 from kqe.core.env import env_switch, env_value
 from kqe.core.errors import UserError
 from kqe.core.records import ItemChoice, ModelSpec
 from kqe.core.workspace import Workspace
 
-HUB_ENDPOINT = "https://huggingface.co"
-"""Where the hub is asked when `HF_ENDPOINT` (huggingface_hub's own variable) is not set."""
-PROBE_TIMEOUT_S = 10.0
 Resolution = Callable[[int], str]
 """What a number of paired items cannot tell from noise, in words (statistics says it: tasks sit below)."""
 
@@ -96,25 +91,14 @@ def check_hub(downloads: list[str], choice: ItemChoice) -> None:
     Any HTTP answer counts as reachable (a wrong revision is the download's own error). With
     `HF_HUB_OFFLINE=1` nothing is asked: the datasets cache serves the files or the load says so.
     """
-    if not downloads or _hub_offline():
+    if not downloads or hub.hub_offline():
         return
-    endpoint = os.environ.get("HF_ENDPOINT", HUB_ENDPOINT).rstrip("/")
     repo, revision = downloads[0].split("@")
-    try:
-        urllib.request.urlopen(f"{endpoint}/api/datasets/{repo}/revision/{revision}", timeout=PROBE_TIMEOUT_S)
-    except urllib.error.HTTPError:
-        return
-    except (urllib.error.URLError, OSError) as err:
-        reason = getattr(err, "reason", err)
+    reason = hub.unreachable("datasets", repo, revision)
+    if reason is not None:
         names = ", ".join(download.split("@")[0] for download in downloads)
         raise UserError(
-            f"{names} must come from the hub ({choice.why}) but {endpoint} does not answer ({reason}): run "
-            f"offline with {OFFLINE_ENV}=1 (KMMLU-HARD dev and an MMLU sample), or point {KMMLU_DIR_ENV} / "
-            f"{MMLU_DIR_ENV} at local copies"
-        ) from None
-
-
-def _hub_offline() -> bool:
-    """`HF_HUB_OFFLINE` as huggingface_hub reads it (its variable: 1/on/yes/true, any case, is on; any
-    other value is off, so kqe does not refuse what the hub library accepts)."""
-    return (env_value("HF_HUB_OFFLINE") or "").strip().upper() in ("1", "ON", "YES", "TRUE")
+            f"{names} must come from the hub ({choice.why}) but {hub.hub_endpoint()} does not answer "
+            f"({reason}): run offline with {OFFLINE_ENV}=1 (KMMLU-HARD dev and an MMLU sample), or point "
+            f"{KMMLU_DIR_ENV} / {MMLU_DIR_ENV} at local copies"
+        )
