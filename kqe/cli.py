@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 try:  # kqe's imports take seconds: Ctrl-C among them is an interrupt like any other, not a traceback
+    import atexit
     import contextlib
     import logging
     import os
@@ -106,5 +107,27 @@ COMMANDS = (
 for command in COMMANDS:
     main.add_command(command)
 
+
+
+def entry() -> None:
+    """The process's entry point (`kqe`, `python -m kqe.cli`): `main`, leaving with 130 on Ctrl-C even
+    where the interpreter would turn it into death by SIGINT. An interrupt that landed in code a C
+    extension ran (torch's and transformers' lazy imports inside a command) marks itself unhandled for
+    good, and the interpreter's exit then re-raises SIGINT (status -2) after kqe said its one line. The
+    exit handlers run first (servers still up are stopped), then the process leaves directly."""
+    try:
+        main()
+    except SystemExit as exit_:
+        if exit_.code != INTERRUPTED_STATUS:
+            raise
+        sys.stdout.flush()
+        sys.stderr.flush()
+        atexit._run_exitfuncs()
+        os._exit(INTERRUPTED_STATUS)
+
+
+INTERRUPTED_STATUS = 130
+"""128 + SIGINT, as shells report an interrupted command (`console.interrupted` exits with it)."""
+
 if __name__ == "__main__":
-    main()
+    entry()

@@ -288,6 +288,26 @@ def test_sigint_at_start_exits_130_without_traceback(
     assert len(lines) == 1 and lines[0].startswith("kqe: interrupted"), stderr
 
 
+LEFT_BY_A_C_EXTENSION = """
+import ctypes, sys
+import kqe.cli as cli
+ctypes.pythonapi.PyRun_SimpleString(b"raise KeyboardInterrupt")  # an interrupted import run from C
+cli.main = lambda: sys.exit(130)  # a command that said its one line
+{call}
+"""
+
+
+@pytest.mark.parametrize(("call", "status"), [("sys.exit(130)", -signal.SIGINT), ("cli.entry()", 130)])
+def test_an_interrupt_a_c_extension_saw_still_exits_130(call: str, status: int, tmp_path: Path) -> None:
+    """The interpreter turns a SystemExit(130) into death by SIGINT (-2) once an interrupt escaped code a
+    C extension ran (the SIGINT test at 2 s met it now and then); the entry point leaves with 130."""
+    (tmp_path / "interrupted_run.py").write_text(LEFT_BY_A_C_EXTENSION.format(call=call))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-m", "interrupted_run"]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True)
+    assert done.returncode == status, done.stderr
+
+
 # --- 8f: a path is said to be what it is -----------------------------------------------------------------
 def test_a_path_is_said_to_be_what_it_is(tmp_path: Path) -> None:
     (tmp_path / "folder").mkdir()
