@@ -84,7 +84,13 @@ def test_every_cpu_engine_gets_its_site_folder_and_an_emulated_kind_its_isa(
 ) -> None:
     monkeypatch.delenv("KQE_CPU_ISA", raising=False)
     native = cpu.cpu_engine_env(None)
-    assert list(native) == ["PYTHONPATH", "VLLM_CPU_NUM_OF_RESERVED_CPU", "KQE_FP8_WITHOUT_ONEDNN"]
+    assert list(native) == [
+        "PYTHONPATH",
+        "VLLM_CPU_NUM_OF_RESERVED_CPU",
+        "VLLM_CPU_INT4_W4A8",
+        "KQE_FP8_WITHOUT_ONEDNN",
+    ]
+    assert native[cpu.W4A8_ON_AMX] == "0"  # W4A16 with 16-bit activations on AMX too, as on a GPU
     assert native["PYTHONPATH"].endswith("evals/serving/cpu_isa")
     assert (Path(native["PYTHONPATH"]) / "sitecustomize.py").is_file()
     monkeypatch.setenv("KQE_CPU_ISA", "avx2")

