@@ -108,7 +108,6 @@ for command in COMMANDS:
     main.add_command(command)
 
 
-
 def entry() -> None:
     """The process's entry point (`kqe`, `python -m kqe.cli`): `main`, leaving with 130 on Ctrl-C even
     where the interpreter would turn it into death by SIGINT. An interrupt that landed in code a C

@@ -74,7 +74,7 @@ def check_extra(ws: Workspace, reference: str, trust_remote_code: bool) -> None:
                 f"extra checkpoint {reference}: pin its revision, {reference}@<commit or tag>, so the "
                 "checkpoint scored is the one asked for"
             )
-        if not hub.hub_offline() and not _in_hub_cache(repo, revision):
+        if not hub.hub_offline() and hub.cached_snapshot(repo, revision) is None:
             reason = hub.unreachable("models", repo, revision)
             if reason is not None:  # said now, not when its turn to be served comes
                 raise UserError(
@@ -85,17 +85,6 @@ def check_extra(ws: Workspace, reference: str, trust_remote_code: bool) -> None:
     folder = _local_extra(ws, reference)
     read_json_object(folder / "config.json", f"extra checkpoint {reference}: config.json")
     check_remote_code(folder, trust_remote_code)
-
-
-def _in_hub_cache(repo: str, revision: str) -> bool:
-    """Whether huggingface_hub's cache already holds `repo` at `revision` (then nothing is downloaded)."""
-    from huggingface_hub import snapshot_download
-
-    try:
-        snapshot_download(repo, revision=revision, local_files_only=True)
-    except Exception:  # not cached, or cached in part: a download is needed
-        return False
-    return True
 
 
 def resolve_extra(ws: Workspace, reference: str) -> Path:

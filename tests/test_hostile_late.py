@@ -397,3 +397,27 @@ def test_an_extra_from_a_hub_that_does_not_answer_is_refused_by_the_dry_run(
     finally:
         closed.close()
     assert_one_line_error(result, f"extra checkpoint {extra} must come from the hub", "does not answer")
+
+
+def test_a_hub_model_that_ships_code_is_refused_by_the_dry_run_from_its_config(
+    tiny_model_dir: Path, tmp_path: Path, home_with_sources: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its config.json is read from the hub to plan the run, so remote code is said before the weights
+    are downloaded. The hub's cache is real (a folder as huggingface_hub lays it out, offline); only the
+    hub's metadata answer (`model_info`: the revision's commit) stands in for the network."""
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    snapshot = tmp_path / "hub" / "models--org--ships-code" / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    config = json.loads((tiny_model_dir / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForCausalLM": "modeling_x.X"}
+    (snapshot / "config.json").write_text(json.dumps(config))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    answer = type("ModelInfo", (), {"sha": commit, "safetensors": None})()
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", lambda *args, **kwargs: answer)
+    command = ["eval", "--model", f"hf:org/ships-code@{commit}", "--dry-run"]
+    result = invoke_kqe(monkeypatch, home_with_sources, tmp_path, command)
+    assert_one_line_error(result, "ships its own Python code (auto_map in config.json)", "trust-remote-code")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Literal
 
 from kqe.core.env import env_value
@@ -36,3 +37,14 @@ def unreachable(kind: Literal["models", "datasets"], repo: str, revision: str) -
     except (urllib.error.URLError, OSError) as err:
         return str(getattr(err, "reason", err))
     return None
+
+
+def cached_snapshot(repo: str, revision: str) -> Path | None:
+    """The folder huggingface_hub's cache already holds for model `repo` at `revision` (nothing is
+    downloaded), None when it holds none."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(repo, revision=revision, local_files_only=True))
+    except Exception:  # not cached, or not that revision: a download is needed
+        return None

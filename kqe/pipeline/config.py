@@ -21,7 +21,7 @@ from evals.tasks import circular, item_sets, lm_eval_bridge, prompts
 from evals.tasks.ko_rag import task as rag_task
 from evals.tasks.lm_eval_generation import GenerationTask, generation_task
 from evals.tasks.registry import TASK_SPECS, is_lm_eval_task
-from kqe.core import defaults
+from kqe.core import defaults, hub
 from kqe.core.errors import UserError
 from kqe.core.eval_config import EvalConfig
 from kqe.core.modelstore import LocalModel, installed_dir, local_model
@@ -151,8 +151,8 @@ def _check_model_inputs(
 ) -> None:
     """What the run checks against the model before its first expensive step, said by the dry run too:
     where its results go, the calibration sample length, and, for a model already on this machine (a
-    folder, the installed embedded model; a hub model's are checked once downloaded), remote code and
-    each recipe against its layers."""
+    folder, the installed embedded model, a hub model in the hub's cache; one not downloaded yet is
+    checked once it is), remote code and each recipe against its layers."""
     results = ws.results(spec.name)
     if results.exists() and not results.is_dir():
         raise UserError(
@@ -165,12 +165,23 @@ def _check_model_inputs(
             f"--calib-seq-len {cfg.calib_seq_len:,} is longer than {spec.name}'s context "
             f"({spec.max_context:,} tokens): give at most {spec.max_context:,}, e.g. {defaults.CALIB_SEQ_LEN}"
         )
-    folder = Path(spec.local_path) if spec.local_path else installed_dir(spec, ws) if spec.offline else None
+    folder = _model_folder_here(spec, ws)
     if folder is None or not (folder / "config.json").is_file():
         return  # not here yet: `prepare_matrix` checks it once installed or downloaded
     check_remote_code(folder, cfg.trust_remote_code)
+    if not any(folder.glob("*.safetensors")):
+        return  # a hub model's config alone (read to plan it): its layers are checked once downloaded
     for name, recipe in recipes.items():
         build.check_recipe(folder, recipe, f"{name} of {spec.name}")
+
+
+def _model_folder_here(spec: ModelSpec, ws: Workspace) -> Path | None:
+    """The model's folder where this machine already has it: given, installed, or in the hub's cache."""
+    if spec.local_path:
+        return Path(spec.local_path)
+    if spec.offline:
+        return installed_dir(spec, ws)
+    return hub.cached_snapshot(spec.hub_id, spec.revision)
 
 
 def _kv_entries(
