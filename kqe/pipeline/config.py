@@ -263,14 +263,11 @@ def prepare_matrix(cfg: EvalConfig, ws: Workspace, progress: Progress) -> RunMat
     """Check every input first (cheap), then build the calibration sets and the task prompts."""
     spec = resolve_model(cfg.model, ws)
     base = local_model(spec, ws)  # a model not installed is said first (a hub model: downloaded)
-    check_remote_code(base.folder, cfg.trust_remote_code)
-    plan = plan_run(cfg, ws, spec)
+    plan = plan_run(cfg, ws, spec)  # its files are here now: remote code and the layers checked there
     choice_tasks = [task for task in cfg.tasks if task in TASK_SPECS]
     downloads = prompts.to_download(ws, choice_tasks, cfg.limit, cfg.seed, cfg.items.online)
     item_sets.check_hub(downloads, cfg.items)  # before calibrating, building or serving anything
     entries = plan.entries
-    for name, recipe in plan.recipes.items():  # a group size the layers cannot take fails before calibrating
-        build.check_recipe(base.folder, recipe, f"{name} of {spec.name}")
     used = {entry.mix for entry in entries}
     labelled = {mix_label(mix): mix for mix in cfg.calibrations}
     parsed = {label: calibration.parse_mix(mix) for label, mix in labelled.items() if label in used}
