@@ -163,8 +163,13 @@ HF_BATCH_SIZES = (1, 8)
 
 def hf_pass(model_dir: Path, items: int, runs: int, profile: ServeProfile, batch_size: int) -> Generated:
     """lm-eval's HF backend on the same documents at `batch_size`, in the core venv."""
-    job = {"include_path": str(TASK_DIR), "tasks": [TASK], "limit": items, "generate": True}
-    job["batch_size"] = batch_size
+    job = {
+        "include_path": str(TASK_DIR),
+        "tasks": [TASK],
+        "limit": items,
+        "generate": True,
+        "batch_size": batch_size,
+    }
     report = lm_eval_backend(Path(sys.executable), "hf", model_dir, TASK_DIR, runs, profile, overrides=job)
     answers = {int(doc): str(answer) for doc, answer in report["answers"][TASK].items()}
     return Generated(

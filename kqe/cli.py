@@ -19,7 +19,7 @@ try:  # kqe's imports take seconds: Ctrl-C among them is an interrupt like any o
     from kqe.commands.calibrate import calibrate_command
     from kqe.commands.choose import choose_command
     from kqe.commands.compare import compare_command
-    from kqe.commands.console import console, interrupted, say
+    from kqe.commands.console import INTERRUPTED_STATUS, console, interrupted, say
     from kqe.commands.diff import diff_command
     from kqe.commands.doctor import doctor_command
     from kqe.commands.env import env_command
@@ -124,9 +124,6 @@ def entry() -> None:
         atexit._run_exitfuncs()
         os._exit(INTERRUPTED_STATUS)
 
-
-INTERRUPTED_STATUS = 130
-"""128 + SIGINT, as shells report an interrupted command (`console.interrupted` exits with it)."""
 
 if __name__ == "__main__":
     entry()

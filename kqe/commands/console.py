@@ -120,11 +120,14 @@ INTERRUPTED = "kqe: interrupted; finished results are kept, re-run to resume"
 """The one line Ctrl-C leaves, whenever it comes: before work (options, imports), during or after it."""
 
 
+INTERRUPTED_STATUS = 130
+"""128 + SIGINT, as shells report an interrupted command."""
+
+
 def interrupted() -> NoReturn:
-    """Ctrl-C: one line, no traceback, exit 130 (128 + SIGINT, as shells report it), never click's
-    "Aborted!" and exit 1."""
+    """Ctrl-C: one line, no traceback, exit `INTERRUPTED_STATUS`, never click's "Aborted!" and exit 1."""
     console.print(INTERRUPTED, highlight=False, markup=False)
-    sys.exit(130)
+    sys.exit(INTERRUPTED_STATUS)
 
 
 def run_guarded(action: Callable[[], None]) -> None:

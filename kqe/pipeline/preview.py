@@ -91,16 +91,22 @@ def _entry_plan(
         done = [*files.finished_runs(), *(f"{task}{ROTATIONS}" for task in files.finished_circular())]
         left = {task: n for task, n in items.items() if task not in done}
         perplexity_done = files.perplexity.exists()
-    cost |= _serving_cost(matrix, entry, rates, items, left) | {"serve": rates.server_start_s}
-    if perplexity_done:
-        cost["perplexity"] = 0.0
+    cost |= _serving_cost(matrix, entry, rates, items, left, perplexity_done) | {
+        "serve": rates.server_start_s
+    }
     return f"{building}, serve, score {sum(left.values())} items", cost
 
 
 def _serving_cost(
-    matrix: RunMatrix, entry: MatrixEntry, rates: Rates, items: dict[str, int], left: dict[str, int]
+    matrix: RunMatrix,
+    entry: MatrixEntry,
+    rates: Rates,
+    items: dict[str, int],
+    left: dict[str, int],
+    perplexity_done: bool,
 ) -> dict[str, float]:
-    """Seconds to score the items `left` of the run's `items` on `entry`'s server, and its perplexity."""
+    """Seconds to score the items `left` of the run's `items` on `entry`'s server, and its perplexity
+    stage unless that is recorded already."""
     rag_tokens = (
         mean(i.prompt_tokens for i in matrix.rag.generation) if matrix.rag and matrix.rag.generation else None
     )
@@ -113,6 +119,8 @@ def _serving_cost(
     first = next(iter(items), None)  # the task a fresh server scores first: its rate holds the warm-up
     if left and not (first in left and recorded(rates, entry, first)):
         score_s += rates.first_request_s
+    if perplexity_done:
+        return {"score": score_s, "perplexity": 0.0}
     perplexity_s = rates.checkpoint_perplexity_s.get(entry.name)
     if perplexity_s is None:
         perplexity_s = rates.perplexity_s * serving_time(entry.scheme, rates.cpu_kind)[1]
